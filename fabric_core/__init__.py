@@ -1,0 +1,86 @@
+"""fabric-core: scale a PyTorch training loop with the Lightning Fabric API, as a plugin microkernel.
+
+``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+__version__: Final = "0.1.0"
+
+__all__ = [
+    "AmbiguousNameError",
+    "Catalog",
+    "Entry",
+    "Fabric",
+    "FabricCoreError",
+    "IncompatiblePluginError",
+    "InvalidConfigError",
+    "PluginImportError",
+    "PluginLoadError",
+    "PluginManager",
+    "PluginRecord",
+    "Registry",
+    "Spec",
+    "UnknownNameError",
+    "__version__",
+    "get_manager",
+    "hookimpl",
+    "is_wrapped",
+    "seed_everything",
+    "spec",
+]
+
+_LAZY: Final = {
+    "Fabric": "fabric_core.fabric",
+    "is_wrapped": "fabric_core.wrappers",
+    "seed_everything": "fabric_core.utilities.seed",
+    "PluginManager": "fabric_core._manager",
+    "PluginRecord": "fabric_core._manager",
+    "get_manager": "fabric_core._manager",
+    "Catalog": "fabric_core._registry",
+    "Entry": "fabric_core._registry",
+    "Registry": "fabric_core._registry",
+    "Spec": "fabric_core._registry",
+    "spec": "fabric_core._registry",
+    "hookimpl": "fabric_core.hookspecs",
+    "AmbiguousNameError": "fabric_core.errors",
+    "FabricCoreError": "fabric_core.errors",
+    "IncompatiblePluginError": "fabric_core.errors",
+    "InvalidConfigError": "fabric_core.errors",
+    "PluginImportError": "fabric_core.errors",
+    "PluginLoadError": "fabric_core.errors",
+    "UnknownNameError": "fabric_core.errors",
+}
+
+if TYPE_CHECKING:
+    from fabric_core._manager import PluginManager, PluginRecord, get_manager
+    from fabric_core._registry import Catalog, Entry, Registry, Spec, spec
+    from fabric_core.errors import (
+        AmbiguousNameError,
+        FabricCoreError,
+        IncompatiblePluginError,
+        InvalidConfigError,
+        PluginImportError,
+        PluginLoadError,
+        UnknownNameError,
+    )
+    from fabric_core.fabric import Fabric
+    from fabric_core.hookspecs import hookimpl
+    from fabric_core.utilities.seed import seed_everything
+    from fabric_core.wrappers import is_wrapped
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fabric_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

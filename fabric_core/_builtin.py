@@ -1,0 +1,123 @@
+"""The core's own plugin: registers the built-in components by string, through the same hooks as any plugin.
+
+Its selection hooks are ``trylast``: they give the core's default answer when no plugin decides.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Entry, Registry
+    from fabric_core._selection import SelectionContext
+
+_P = "fabric_core.precision"
+_E = "fabric_core.environments"
+
+
+@hookimpl
+def fabric_core_register_accelerators(registry: Registry) -> None:
+    registry.add(
+        "cpu",
+        "fabric_core.accelerators.cpu:CPUAccelerator",
+        description="The CPU; devices=N runs N processes.",
+        priority=0,
+    )
+
+
+@hookimpl
+def fabric_core_register_strategies(registry: Registry) -> None:
+    registry.add(
+        "single_device",
+        "fabric_core.strategies.single_device:SingleDeviceStrategy",
+        description="One process on one device; collectives are the identity.",
+    )
+
+
+@hookimpl
+def fabric_core_register_precisions(registry: Registry) -> None:
+    registry.add("32-true", f"{_P}.precision:Precision", description="Full fp32 precision (the default).")
+    registry.add("64-true", f"{_P}.double:DoublePrecision", description="Double precision: parameters and compute in fp64.")
+    for name, dtype in (("16-true", "fp16"), ("bf16-true", "bf16")):
+        registry.add(
+            name,
+            f"{_P}.half:HalfPrecision",
+            description=f"Parameters and compute in {dtype}, no autocast.",
+            defaults={"precision": name},
+        )
+    for name, how in (("16-mixed", "fp16 autocast with a gradient scaler"), ("bf16-mixed", "bf16 autocast")):
+        registry.add(
+            name,
+            f"{_P}.mixed:MixedPrecision",
+            description=f"Mixed precision: fp32 parameters, {how}.",
+            defaults={"precision": name},
+        )
+
+
+@hookimpl
+def fabric_core_register_environments(registry: Registry) -> None:
+    for name, cls, priority, description in (
+        ("torchelastic", "TorchElasticEnvironment", 40, "Processes started by torchrun / torchelastic."),
+        ("slurm", "SLURMEnvironment", 30, "A SLURM job (srun); not interactive sessions."),
+        ("lsf", "LSFEnvironment", 20, "An IBM LSF job started with jsrun."),
+        ("mpi", "MPIEnvironment", 10, "Processes started by an MPI launcher (needs mpi4py)."),
+        ("kubeflow", "KubeflowEnvironment", -10, "A Kubeflow PyTorchJob; never auto-detected, pass it explicitly."),
+        ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
+    ):
+        module = f"{_E}.{name}"
+        registry.add(name, f"{module}:{cls}", description=description, priority=priority, probe=f"{module}:{cls}.detect")
+
+
+@hookimpl
+def fabric_core_register_loggers(registry: Registry) -> None:
+    registry.add(
+        "csv",
+        "fabric_core.loggers.csv_logs:CSVLogger",
+        description="Writes metrics to root_dir/name/version_N/metrics.csv (no dependencies).",
+    )
+
+
+@hookimpl(trylast=True)
+def fabric_core_select_accelerator(requested: str, context: SelectionContext) -> str | None:
+    if requested != "auto":
+        return requested
+    by_priority: dict[int, list[Entry]] = {}
+    for entry in context.catalog.entries("accelerator"):
+        by_priority.setdefault(entry.priority, []).append(entry)
+    for priority in sorted(by_priority, reverse=True):
+        available = sorted(e.qualified_name for e in by_priority[priority] if e.is_available())
+        if len(available) > 1:
+            names = sorted(name.partition(":")[2] for name in available)
+            raise InvalidConfigError(
+                f"`Fabric(accelerator='auto')` found more than one available accelerator at priority {priority}: "
+                f"{', '.join(names)}. Choose one, e.g. `Fabric(accelerator={names[0]!r})`.",
+                argument="accelerator",
+                value="auto",
+            )
+        if available:
+            return available[0]
+    return None
+
+
+@hookimpl(trylast=True)
+def fabric_core_select_strategy(requested: str, context: SelectionContext) -> str | None:
+    if requested == "auto":
+        return "single_device" if context.world_size == 1 else None
+    return requested
+
+
+@hookimpl(trylast=True)
+def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | None:
+    if requested == "16-mixed" and context.device_type == "cpu":
+        warnings.warn(
+            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but fp16 autocast is not supported on CPU. "
+            "Using `precision='bf16-mixed'` instead.",
+            FabricCoreWarning,
+            stacklevel=2,
+        )
+        return "bf16-mixed"
+    return requested

@@ -1,0 +1,376 @@
+"""Plugin discovery, isolated loading, switches, records, and the typed facade over the hooks.
+
+Nothing outside this module touches pluggy: the rest of fabric-core calls :class:`PluginManager` methods.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import pluggy
+
+from fabric_core import hookspecs
+from fabric_core._logging import log_event
+from fabric_core._registry import Catalog, Entry, Registry, Spec
+from fabric_core.errors import (
+    FabricCoreError,
+    IncompatiblePluginError,
+    InvalidConfigError,
+    PluginImportError,
+    PluginLoadError,
+    PluginWarning,
+)
+
+if TYPE_CHECKING:
+    from fabric_core._selection import SelectionContext
+
+__all__ = ["ENTRY_POINT_GROUP", "PluginManager", "PluginRecord", "get_manager"]
+
+ENTRY_POINT_GROUP: Final = "fabric_core.plugins"
+BUILTIN: Final = "builtin"
+Status = Literal["loaded", "failed", "blocked", "incompatible", "conflict"]
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+_REGISTER_HOOKS: Final = {
+    "accelerator": "fabric_core_register_accelerators",
+    "strategy": "fabric_core_register_strategies",
+    "precision": "fabric_core_register_precisions",
+    "environment": "fabric_core_register_environments",
+    "logger": "fabric_core_register_loggers",
+    "callback": "fabric_core_register_callbacks",
+}
+
+
+@final
+@dataclass(frozen=True)
+class PluginRecord:
+    """What happened to one plugin.
+
+    Attributes:
+        name: The entry-point name (the plugin's short name).
+        status: ``loaded``, ``failed``, ``blocked``, ``incompatible`` or ``conflict``.
+        distribution: The distribution that declares it (``None`` for objects registered in code).
+        version: That distribution's version.
+        module: The registration module (``"fabric_core_ddp._plugin"``).
+        reason: Why it is not loaded, for every status but ``loaded``.
+    """
+
+    name: str
+    status: Status
+    distribution: str | None = None
+    version: str | None = None
+    module: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "distribution": self.distribution,
+            "version": self.version,
+            "module": self.module,
+            "reason": self.reason,
+        }
+
+
+def env_flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    """Read a boolean switch: ``1/true/yes`` or ``0/false/no`` (case-insensitive).
+
+    Raises:
+        InvalidConfigError: Any other value, naming the variable and the valid spellings.
+    """
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidConfigError(
+        f"{name}={raw!r} is not a boolean. Use one of 1, true, yes (on) or 0, false, no (off).",
+        argument=name,
+        value=raw,
+    )
+
+
+def _env_names(environ: Mapping[str, str], name: str) -> frozenset[str] | None:
+    raw = environ.get(name)
+    if raw is None:
+        return None
+    return frozenset(n.strip().lower() for n in raw.replace(";", ",").split(",") if n.strip())
+
+
+class PluginManager:
+    """Discovers plugins once, loads each in isolation, and answers the hooks through typed methods.
+
+    Every argument left as ``None`` is read from the environment:
+
+    Args:
+        autoload: Load entry-point plugins (``FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD`` turns this off).
+        allow: Only these entry-point plugins may load (``FABRIC_CORE_PLUGINS``, comma-separated).
+        block: These never load; blocking wins over allowing (``FABRIC_CORE_BLOCK_PLUGINS``). The built-in
+            plugin cannot be blocked.
+        strict: Problems raise instead of being recorded and warned about (``FABRIC_CORE_STRICT_PLUGINS``).
+        plugins: ``{name: module_or_object}`` registered in code, in addition to entry points (and even
+            when autoload is off).
+        group: The entry-point group to scan.
+        environ: Where to read the switches (``os.environ``).
+    """
+
+    def __init__(
+        self,
+        *,
+        autoload: bool | None = None,
+        allow: Iterable[str] | None = None,
+        block: Iterable[str] | None = None,
+        strict: bool | None = None,
+        plugins: Mapping[str, object] | None = None,
+        group: str = ENTRY_POINT_GROUP,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.autoload: Final = (
+            autoload if autoload is not None else not env_flag(env, "FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD", False)
+        )
+        self.allow: Final = (
+            frozenset(a.lower() for a in allow) if allow is not None else _env_names(env, "FABRIC_CORE_PLUGINS")
+        )
+        blocked = frozenset(b.lower() for b in block) if block is not None else _env_names(env, "FABRIC_CORE_BLOCK_PLUGINS")
+        self.block: Final = blocked or frozenset()
+        self.strict: Final = strict if strict is not None else env_flag(env, "FABRIC_CORE_STRICT_PLUGINS", False)
+        self.group: Final = group
+        self._extra: dict[str, object] = dict(plugins or {})
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._records: dict[str, PluginRecord] = {}
+        self._conflicts: list[PluginRecord] = []
+        self._catalog: Catalog | None = None
+        self._lock = threading.Lock()
+
+    # -- discovery -------------------------------------------------------------------------------------
+    @property
+    def records(self) -> list[PluginRecord]:
+        """One record per plugin seen (discovering plugins first if needed), built-in first."""
+        self.catalog  # noqa: B018 - discovery and registration happen on first access
+        return [*self._records.values(), *self._conflicts]
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog of every registered component, built once per manager."""
+        if self._catalog is None:
+            with self._lock:
+                if self._catalog is None:
+                    self._load_all()
+                    self._catalog = self._build_catalog()
+        return self._catalog
+
+    def _load_all(self) -> None:
+        from fabric_core import _builtin
+
+        self._register(BUILTIN, _builtin, PluginRecord(BUILTIN, "loaded", module=_builtin.__name__))
+        for name, obj in self._extra.items():
+            module = getattr(obj, "__name__", type(obj).__name__)
+            self._consider(name.lower(), lambda obj=obj: obj, PluginRecord(name.lower(), "loaded", module=module))
+        if self.autoload:
+            for ep in metadata.entry_points(group=self.group):
+                self._consider_entry_point(ep)
+        if self.allow is not None:
+            for missing in sorted(self.allow - set(self._records)):
+                self._problem(
+                    PluginRecord(missing, "blocked", reason="named in FABRIC_CORE_PLUGINS but not installed")
+                )
+
+    def _consider_entry_point(self, ep: metadata.EntryPoint) -> None:
+        from fabric_core._metadata import core_requirement_problem
+
+        dist = ep.dist
+        record = PluginRecord(
+            ep.name.lower(),
+            "loaded",
+            distribution=dist.metadata["Name"] if dist is not None else None,
+            version=dist.version if dist is not None else None,
+            module=ep.value,
+        )
+        self._consider(record.name, ep.load, record, check=lambda: core_requirement_problem(dist))
+
+    def _consider(
+        self,
+        name: str,
+        load: Callable[[], object],
+        record: PluginRecord,
+        check: Callable[[], str | None] | None = None,
+    ) -> None:
+        if name in self._records:
+            first = self._records[name]
+            reason = (
+                f"the plugin name {name!r} is already taken by {first.distribution or first.module!r}; "
+                f"{record.distribution or record.module!r} was not loaded"
+            )
+            self._problem(self._with(record, "conflict", reason))
+            return
+        if name == BUILTIN or name in self.block:
+            why = "the name 'builtin' is reserved" if name == BUILTIN else "blocked by FABRIC_CORE_BLOCK_PLUGINS"
+            self._records[name] = self._with(record, "blocked", why)
+            log_event("plugin_blocked", plugin=name, reason=why)
+            return
+        if self.allow is not None and name not in self.allow:
+            self._records[name] = self._with(record, "blocked", "not listed in FABRIC_CORE_PLUGINS")
+            log_event("plugin_blocked", plugin=name, reason="not allowed")
+            return
+        problem = check() if check is not None else None
+        if problem is not None:
+            self._problem(self._with(record, "incompatible", problem), IncompatiblePluginError)
+            return
+        try:
+            obj = load()
+        except Exception as exc:
+            self._problem(self._with(record, "failed", f"import failed: {exc!r}"), PluginImportError)
+            return
+        self._register(name, obj, record)
+
+    def _register(self, name: str, obj: object, record: PluginRecord) -> None:
+        try:
+            self._pm.register(obj, name=name)
+        except Exception as exc:
+            self._problem(self._with(record, "failed", f"invalid plugin: {exc}"))
+            return
+        self._records[name] = record
+        log_event("plugin_loaded", plugin=name, distribution=record.distribution, version=record.version)
+
+    @staticmethod
+    def _with(record: PluginRecord, status: Status, reason: str) -> PluginRecord:
+        return PluginRecord(record.name, status, record.distribution, record.version, record.module, reason)
+
+    def _problem(self, record: PluginRecord, error: type[PluginLoadError] = PluginLoadError) -> None:
+        """Record a plugin that cannot be used, then raise (strict) or warn once."""
+        if record.status == "conflict":
+            self._conflicts.append(record)
+        else:
+            self._records[record.name] = record
+        log_event(f"plugin_{record.status}", level="warning", plugin=record.name, reason=record.reason)
+        if self.strict:
+            raise error(record.name, record.reason or record.status, distribution=record.distribution)
+        where = f" (distribution {record.distribution!r})" if record.distribution else ""
+        warnings.warn(
+            f"fabric-core plugin {record.name!r}{where} is {record.status}: {record.reason}. "
+            "Everything else keeps working; `fabric-core list-plugins --all` shows every plugin.",
+            PluginWarning,
+            stacklevel=4,
+        )
+
+    def _build_catalog(self) -> Catalog:
+        entries: list[Entry] = []
+        overrides: list[tuple[str, str, str]] = []
+        for kind, hook_name in _REGISTER_HOOKS.items():
+            hook = getattr(self._pm.hook, hook_name)
+            for impl in reversed(hook.get_hookimpls()):
+                if self._pm.get_plugin(impl.plugin_name) is None:
+                    continue  # unregistered after an earlier failure
+                registry = Registry(kind, impl.plugin_name)
+                try:
+                    impl.function(registry)
+                except Exception as exc:
+                    self._fail_loaded(impl.plugin_name, f"{hook_name} raised {exc!r}")
+                    entries = [e for e in entries if e.plugin != impl.plugin_name]
+                    overrides = [o for o in overrides if o[2] != impl.plugin_name]
+                    continue
+                entries.extend(registry.entries)
+                overrides.extend((kind, name, impl.plugin_name) for name in registry.overrides)
+        catalog = Catalog(entries, overrides)
+        for entry in catalog.shadowed:
+            if entry.plugin != BUILTIN:
+                warnings.warn(
+                    f"fabric-core plugin {entry.plugin!r} registers the {entry.kind} {entry.name!r}, which is "
+                    f"built in; the built-in one is used. Select the plugin's with "
+                    f"'{entry.qualified_name}', or register it with `override=True`.",
+                    PluginWarning,
+                    stacklevel=3,
+                )
+        log_event("catalog_built", entries=len(catalog), plugins=sorted(self._records))
+        return catalog
+
+    def _fail_loaded(self, name: str, reason: str) -> None:
+        """Turn a loaded plugin into a failed one: unregister it so none of its hooks run again."""
+        if name == BUILTIN:
+            raise FabricCoreError(f"The built-in plugin is broken: {reason}")
+        plugin = self._pm.get_plugin(name)
+        if plugin is not None:
+            self._pm.unregister(plugin, name=name)
+        record = self._records.get(name, PluginRecord(name, "loaded"))
+        self._problem(self._with(record, "failed", reason))
+
+    # -- the typed facade over selection hooks ----------------------------------------------------------
+    def _call_first(self, hook_name: str, **kwargs: Any) -> tuple[Any, str | None]:
+        """Call implementations in pluggy's order until one answers; return the answer and who gave it.
+
+        A plugin whose hook raises anything but a :class:`FabricCoreError` (a deliberate rejection) is
+        marked failed and skipped, so one broken plugin cannot break selection for the others.
+        """
+        self.catalog  # noqa: B018 - make sure plugins are loaded
+        for impl in reversed(getattr(self._pm.hook, hook_name).get_hookimpls()):
+            try:
+                result = impl.function(*(kwargs[a] for a in impl.argnames))
+            except FabricCoreError:
+                raise
+            except Exception as exc:
+                self._fail_loaded(impl.plugin_name, f"{hook_name} raised {exc!r}")
+                continue
+            if result is not None:
+                return result, impl.plugin_name
+        return None, None
+
+    def select_accelerator(self, requested: str, context: SelectionContext) -> tuple[str | Spec, str | None]:
+        """Ask the hooks which entry serves ``accelerator=requested``; returns (answer, plugin)."""
+        answer, plugin = self._call_first("fabric_core_select_accelerator", requested=requested, context=context)
+        return (answer if answer is not None else requested), plugin
+
+    def select_strategy(self, requested: str, context: SelectionContext) -> tuple[str | Spec, str | None]:
+        """Ask the hooks which entry serves ``strategy=requested``; returns (answer, plugin)."""
+        answer, plugin = self._call_first("fabric_core_select_strategy", requested=requested, context=context)
+        return (answer if answer is not None else requested), plugin
+
+    def select_precision(self, requested: str, context: SelectionContext) -> tuple[str | Spec, str | None]:
+        """Ask the hooks which entry serves ``precision=requested``; returns (answer, plugin)."""
+        answer, plugin = self._call_first("fabric_core_select_precision", requested=requested, context=context)
+        return (answer if answer is not None else requested), plugin
+
+    def validate_selection(self, context: SelectionContext) -> None:
+        """Run every validation hook; the first rejection raises."""
+        self.catalog  # noqa: B018 - make sure plugins are loaded
+        for impl in reversed(self._pm.hook.fabric_core_validate_selection.get_hookimpls()):
+            try:
+                impl.function(context)
+            except FabricCoreError:
+                raise
+            except Exception as exc:
+                self._fail_loaded(impl.plugin_name, f"fabric_core_validate_selection raised {exc!r}")
+
+
+_default: PluginManager | None = None
+_default_lock = threading.Lock()
+
+
+def get_manager() -> PluginManager:
+    """The process-wide manager ``Fabric(...)`` uses when none is passed, created on first use."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = PluginManager()
+    return _default
+
+
+def plugin_module(name: str, hooks: Mapping[str, Callable[..., Any]]) -> ModuleType:
+    """Make a module-like plugin object from hook functions (for tests and code-registered plugins)."""
+    module = ModuleType(name)
+    for hook_name, fn in hooks.items():
+        setattr(module, hook_name, hookspecs.hookimpl(fn))
+    return module

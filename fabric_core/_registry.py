@@ -1,0 +1,296 @@
+"""Names to lazy targets: what plugins register, and how a name is looked up.
+
+A plugin's registration hook receives a :class:`Registry` for one kind of component and calls
+:meth:`Registry.add`. Everything registered ends up in one immutable :class:`Catalog`. A target is a
+``"module:attribute"`` string that is imported only when its name is resolved.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, final
+
+from fabric_core.errors import AmbiguousNameError, InvalidConfigError, PluginImportError, UnknownNameError
+
+__all__ = ["KINDS", "Catalog", "Entry", "Registry", "Spec", "spec"]
+
+KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def import_target(target: str) -> Any:
+    """Import ``"package.module:Attribute"`` and return the attribute."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@final
+@dataclass(frozen=True)
+class Spec:
+    """A component chosen by name, with options: ``spec("deepspeed", stage=3)``.
+
+    Attributes:
+        name: The component name, optionally qualified as ``"plugin:name"``.
+        options: Keyword arguments for the component's constructor; they win over the entry's defaults.
+    """
+
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"spec({self.name!r}{opts})"
+
+
+def spec(name: str, **options: Any) -> Spec:
+    """Name a component and its options, e.g. ``Fabric(strategy=spec("ddp", static_graph=True))``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidConfigError(f"`spec(name, ...)` needs a component name, got {name!r}.", value=name)
+    return Spec(name, options)
+
+
+@final
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One registered component.
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        name: The lower-case name users pass.
+        target: ``"module:Class"``; imported only when the entry is built.
+        description: One line for ``fabric-core list-plugins``.
+        plugin: The name of the plugin that registered it.
+        defaults: Constructor keyword arguments this name implies (``stage=3`` for ``deepspeed_stage_3``).
+        aliases: Other names that select this entry.
+        priority: Order for "auto" detection: higher is tried first.
+        probe: ``"module:function"`` returning whether the component can run here; never raises.
+        requires: Requirement strings (``"deepspeed>=0.14"``) checked before the target is imported.
+    """
+
+    kind: str
+    name: str
+    target: str
+    description: str
+    plugin: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    priority: int = 0
+    probe: str | None = None
+    requires: tuple[str, ...] = ()
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.plugin}:{self.name}"
+
+    @property
+    def class_name(self) -> str:
+        return self.target.rpartition(":")[2].rpartition(".")[2]
+
+    def missing_requirements(self) -> list[str]:
+        """Return the requirements of this entry that the installed distributions do not satisfy."""
+        from fabric_core._metadata import unmet_requirements
+
+        return unmet_requirements(self.requires)
+
+    def load(self) -> Any:
+        """Import and return the target, after checking ``requires``.
+
+        Raises:
+            PluginImportError: A requirement is missing or the import failed.
+        """
+        missing = self.missing_requirements()
+        if missing:
+            raise PluginImportError(
+                self.plugin,
+                f"the {self.kind} {self.name!r} needs {', '.join(missing)}. "
+                f"Run `pip install {' '.join(repr(m) for m in missing)}`.",
+            )
+        try:
+            return import_target(self.target)
+        except Exception as exc:
+            raise PluginImportError(
+                self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {exc!r}"
+            ) from exc
+
+    def build(self, options: Mapping[str, Any] | None = None) -> Any:
+        """Build the component: the target called with ``defaults`` updated by ``options``."""
+        factory = self.load()
+        return factory(**{**self.defaults, **(options or {})})
+
+    def is_available(self) -> bool:
+        """Run the probe (``True`` when there is none). A probe that raises counts as unavailable."""
+        if self.probe is None:
+            return True
+        try:
+            return bool(import_target(self.probe)())
+        except Exception:
+            return False
+
+
+class Registry:
+    """What a registration hook receives: :meth:`add` records one component of one kind."""
+
+    def __init__(self, kind: str, plugin: str) -> None:
+        if kind not in KINDS:
+            raise InvalidConfigError(f"Unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}.")
+        self.kind: Final = kind
+        self.plugin: Final = plugin
+        self.entries: list[Entry] = []
+        self.overrides: set[str] = set()
+
+    def add(
+        self,
+        name: str,
+        target: str,
+        *,
+        description: str,
+        defaults: Mapping[str, Any] | None = None,
+        aliases: Iterable[str] = (),
+        priority: int = 0,
+        probe: str | None = None,
+        requires: Iterable[str] = (),
+        override: bool = False,
+    ) -> Entry:
+        """Register ``name`` for ``target``.
+
+        Args:
+            name: Lower-case name: letters, digits, ``-`` and ``_``.
+            target: ``"module:Class"`` (or any callable), imported only when the name is chosen.
+            description: One line shown by ``fabric-core list-plugins``.
+            defaults: Constructor keyword arguments this name implies.
+            aliases: Other names for the same entry.
+            priority: Order for "auto" detection (higher first).
+            probe: ``"module:function"`` returning a bool: can this run here?
+            requires: Requirement strings checked before the target is imported.
+            override: Replace a built-in entry of the same name instead of being ambiguous with it.
+
+        Raises:
+            InvalidConfigError: A malformed name or target.
+        """
+        names = (name, *aliases)
+        for n in names:
+            if not isinstance(n, str) or not _NAME.match(n):
+                raise InvalidConfigError(
+                    f"Plugin {self.plugin!r} registered the {self.kind} name {n!r}: names are lower-case "
+                    "letters, digits, '-' and '_'.",
+                    value=n,
+                )
+        for s in (target, probe):
+            if s is not None and not _TARGET.match(s):
+                raise InvalidConfigError(
+                    f"Plugin {self.plugin!r} registered {name!r} with {s!r}: expected 'module:attribute'.",
+                    value=s,
+                )
+        entry = Entry(
+            kind=self.kind,
+            name=name,
+            target=target,
+            description=description,
+            plugin=self.plugin,
+            defaults=MappingProxyType(dict(defaults or {})),
+            aliases=tuple(aliases),
+            priority=priority,
+            probe=probe,
+            requires=tuple(requires),
+        )
+        self.entries.append(entry)
+        if override:
+            self.overrides.add(name)
+        return entry
+
+
+class Catalog:
+    """Every registered entry, immutable once built, looked up by name, alias or ``"plugin:name"``.
+
+    A name registered by a plugin and by the built-ins stays the built-in's unless the plugin registered
+    it with ``override=True``; the entry that loses is still reachable by its qualified name and is listed
+    in :attr:`shadowed`. A name registered by two plugins is ambiguous: looking it up raises.
+    """
+
+    def __init__(self, entries: Iterable[Entry], overrides: Iterable[tuple[str, str, str]] = ()) -> None:
+        """Build the catalog.
+
+        Args:
+            entries: All entries, in registration order.
+            overrides: ``(kind, name, plugin)`` triples: that plugin's entry replaces the built-in one.
+        """
+        self._entries: tuple[Entry, ...] = tuple(entries)
+        overriding = set(overrides)
+        self._qualified: dict[tuple[str, str, str], Entry] = {}
+        grouped: dict[tuple[str, str], list[Entry]] = {}
+        for entry in self._entries:
+            for n in (entry.name, *entry.aliases):
+                self._qualified.setdefault((entry.kind, entry.plugin, n), entry)
+                grouped.setdefault((entry.kind, n), []).append(entry)
+        self._index: dict[tuple[str, str], tuple[Entry, ...]] = {}
+        shadowed: list[Entry] = []
+        for (kind, n), group in grouped.items():
+            builtin = [e for e in group if e.plugin == "builtin"]
+            others = [e for e in group if e.plugin != "builtin"]
+            if builtin and others:
+                winners = [e for e in others if (kind, e.name, e.plugin) in overriding]
+                if winners:
+                    shadowed.extend(builtin)
+                    group = winners
+                else:
+                    shadowed.extend(others)
+                    group = builtin
+            self._index[(kind, n)] = tuple(dict.fromkeys(group))
+        self.shadowed: Final[tuple[Entry, ...]] = tuple(dict.fromkeys(shadowed))
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self, kind: str | None = None) -> list[Entry]:
+        """Every entry of one kind (all kinds if ``None``), in registration order."""
+        return [e for e in self._entries if kind is None or e.kind == kind]
+
+    def names(self, kind: str) -> list[str]:
+        """Every unqualified name and alias of ``kind`` that :meth:`get` accepts, sorted."""
+        return sorted(n for k, n in self._index if k == kind)
+
+    def find(self, kind: str, name: str) -> Entry | None:
+        """Like :meth:`get` but return ``None`` for an unknown name (ambiguity still raises)."""
+        key = name.strip().lower()
+        plugin, sep, short = key.rpartition(":")
+        if sep:
+            return self._qualified.get((kind, plugin, short))
+        candidates = self._index.get((kind, short), ())
+        if len(candidates) > 1:
+            raise AmbiguousNameError(kind, short, [e.plugin for e in candidates])
+        return candidates[0] if candidates else None
+
+    def get(self, kind: str, name: str, *, argument: str | None = None) -> Entry:
+        """Return the one entry that ``name`` selects.
+
+        Args:
+            kind: The kind of component.
+            name: A name, an alias or ``"plugin:name"``; case and surrounding spaces are ignored.
+            argument: How the user passed it, for the error message (``"Fabric(strategy=...)"``).
+
+        Raises:
+            UnknownNameError: No entry has that name.
+            AmbiguousNameError: More than one plugin provides it.
+        """
+        entry = self.find(kind, name)
+        if entry is None:
+            raise UnknownNameError(kind, name, self.names(kind), argument=argument)
+        return entry
+
+    def by_class_name(self, class_name: str) -> list[Entry]:
+        """Entries whose target's class is called ``class_name`` (for Lightning-style import paths)."""
+        return [e for e in self._entries if e.class_name == class_name]

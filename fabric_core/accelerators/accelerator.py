@@ -1,0 +1,54 @@
+"""The accelerator interface: what a kind of device must tell the rest of fabric-core."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+__all__ = ["Accelerator"]
+
+
+class Accelerator(ABC):
+    """A kind of device (cpu, cuda, mps, tpu, ...).
+
+    Subclasses are registered by name through ``fabric_core_register_accelerators`` and are built with no
+    arguments. Device parsing and availability are static so that selection can use them before (or
+    without) building an instance.
+    """
+
+    #: The ``torch.device`` type of this accelerator's devices.
+    device_type: ClassVar[str]
+    #: The process-group backend used on these devices.
+    process_group_backend: ClassVar[str] = "gloo"
+
+    def setup_device(self, device: torch.device) -> None:  # noqa: B027 - optional hook
+        """Prepare ``device`` for this process (e.g. ``torch.cuda.set_device``)."""
+
+    def teardown(self) -> None:  # noqa: B027 - optional hook
+        """Release what :meth:`setup_device` acquired."""
+
+    @staticmethod
+    @abstractmethod
+    def parse_devices(devices: Any) -> Any:
+        """Validate ``devices`` as passed to ``Fabric(devices=...)`` (never ``"auto"``).
+
+        Raises:
+            InvalidConfigError: With a message naming the value and what this accelerator accepts.
+        """
+
+    @staticmethod
+    @abstractmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        """Turn parsed devices into the list of ``torch.device`` one process each will use."""
+
+    @staticmethod
+    @abstractmethod
+    def auto_device_count() -> int:
+        """The number of devices ``devices="auto"`` means."""
+
+    @staticmethod
+    @abstractmethod
+    def is_available() -> bool:
+        """Whether this accelerator can run here. Never raises, never creates a CUDA context."""

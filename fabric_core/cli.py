@@ -1,0 +1,147 @@
+"""The ``fabric-core`` command line: ``list-plugins``, ``explain`` and ``run``.
+
+``list-plugins`` without ``--check`` reads only the catalog: it imports neither torch nor any component.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fabric_core._manager import PluginManager, get_manager
+from fabric_core._registry import KINDS, Entry
+from fabric_core.errors import FabricCoreError
+
+__all__ = ["main"]
+
+
+def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "kind": entry.kind,
+        "name": entry.name,
+        "aliases": list(entry.aliases),
+        "plugin": entry.plugin,
+        "description": entry.description,
+        "target": entry.target,
+        "defaults": dict(entry.defaults),
+        "priority": entry.priority,
+        "requires": list(entry.requires),
+    }
+    if check:
+        missing = entry.missing_requirements()
+        row["missing_requirements"] = missing
+        row["available"] = not missing and entry.is_available()
+    return row
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _list_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
+    catalog = manager.catalog
+    records = [r for r in manager.records if args.all or r.name != "builtin"]
+    entries = [
+        e
+        for e in catalog.entries(args.kind)
+        if (args.all or e.plugin != "builtin")
+    ]
+    entries.sort(key=lambda e: (KINDS.index(e.kind), e.plugin != "builtin", e.name))
+    rows = [_entry_row(e, args.check) for e in entries]
+    if args.json:
+        payload = {"plugins": [r.as_dict() for r in records], "components": rows}
+        print(json.dumps(payload, indent=2, default=repr))
+        return 0
+    print(_table(
+        [[r.name, r.status, r.distribution or "-", r.version or "-", r.reason or ""] for r in records],
+        ["PLUGIN", "STATUS", "DISTRIBUTION", "VERSION", "NOTE"],
+    ) if records else "No plugins installed. `fabric-core list-plugins --all` shows the built-ins too.")
+    if rows:
+        header = ["KIND", "NAME", "PLUGIN", "DESCRIPTION"]
+        table_rows = []
+        for row in rows:
+            name = row["name"] + (f" ({', '.join(row['aliases'])})" if row["aliases"] else "")
+            cells = [row["kind"], name, row["plugin"], row["description"]]
+            if args.check:
+                status = "yes" if row["available"] else "no"
+                if row["missing_requirements"]:
+                    status = "missing " + ", ".join(row["missing_requirements"])
+                cells.insert(3, status)
+            table_rows.append(cells)
+        if args.check:
+            header.insert(3, "AVAILABLE")
+        print()
+        print(_table(table_rows, header))
+    return 0
+
+
+def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
+    from fabric_core._selection import select
+
+    selection = select(
+        manager,
+        accelerator=args.accelerator,
+        strategy=args.strategy,
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        precision=args.precision,
+    )
+    rows = [
+        [d.step, d.value, d.reason, d.plugin or "-", d.hook or "-", d.target or "-"] for d in selection.decisions
+    ]
+    print(_table(rows, ["STEP", "CHOICE", "WHY", "PLUGIN", "HOOK", "BUILDS"]))
+    ctx = selection.context
+    print(f"\nworld size {ctx.world_size} = {ctx.num_processes} process(es) x {ctx.num_nodes} node(s); "
+          f"processes created externally: {'yes' if ctx.creates_processes_externally else 'no'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabric-core", description="Scale a PyTorch training loop.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    lp = sub.add_parser("list-plugins", help="List installed plugins and the components they provide.")
+    lp.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
+    lp.add_argument("--kind", choices=KINDS, help="Only components of this kind.")
+    lp.add_argument("--all", action="store_true", help="Include the built-in components.")
+    lp.add_argument("--check", action="store_true", help="Run probes: availability and missing requirements.")
+
+    ex = sub.add_parser("explain", help="Show how Fabric(...) arguments resolve on this machine.")
+    ex.add_argument("--accelerator", default="auto")
+    ex.add_argument("--strategy", default="auto")
+    ex.add_argument("--devices", default="auto")
+    ex.add_argument("--num-nodes", "--num_nodes", dest="num_nodes", default=1, type=int)
+    ex.add_argument("--precision", default=None)
+
+    from fabric_core._run import add_run_parser
+
+    add_run_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fabric-core`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    manager = get_manager()
+    try:
+        if args.command == "list-plugins":
+            return _list_plugins(args, manager)
+        if args.command == "explain":
+            return _explain(args, manager)
+        from fabric_core._run import run_command
+
+        return run_command(args, manager)
+    except FabricCoreError as exc:
+        print(f"fabric-core {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The one exception hierarchy of fabric-core.
+
+Every error a user can see carries its subject as attributes and a message that shows what was passed,
+what is close, and the next command to run.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Final
+
+__all__ = [
+    "AmbiguousNameError",
+    "CheckpointError",
+    "FabricCoreError",
+    "FabricCoreWarning",
+    "IncompatiblePluginError",
+    "InvalidConfigError",
+    "PluginImportError",
+    "PluginLoadError",
+    "PluginWarning",
+    "UnknownNameError",
+    "install_hint",
+]
+
+# The one place the core names first-party plugins: which distribution provides a name that is not
+# installed. Kept static so that an error message never has to import anything.
+FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
+    **{("accelerator", n): "fabric-core-cuda" for n in ("cuda", "gpu")},
+    ("accelerator", "mps"): "fabric-core-mps",
+    **{("accelerator", n): "fabric-core-xla" for n in ("tpu", "xla")},
+    **{("strategy", n): "fabric-core-xla" for n in ("xla", "single_xla", "xla_fsdp")},
+    **{
+        ("strategy", n): "fabric-core-ddp"
+        for n in (
+            "ddp",
+            "ddp_spawn",
+            "ddp_fork",
+            "ddp_notebook",
+            "ddp_find_unused_parameters_true",
+            "ddp_find_unused_parameters_false",
+            "dp",
+        )
+    },
+    **{("strategy", n): "fabric-core-fsdp" for n in ("fsdp", "fsdp_cpu_offload", "model_parallel")},
+    **{
+        ("strategy", n): "fabric-core-deepspeed"
+        for n in (
+            "deepspeed",
+            "deepspeed_stage_1",
+            "deepspeed_stage_2",
+            "deepspeed_stage_3",
+            "deepspeed_stage_1_offload",
+            "deepspeed_stage_2_offload",
+            "deepspeed_stage_3_offload",
+            "deepspeed_stage_3_offload_nvme",
+        )
+    },
+    **{
+        ("precision", n): "fabric-core-bitsandbytes"
+        for n in ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
+    },
+    ("logger", "tensorboard"): "fabric-core-tensorboard",
+}
+
+
+def install_hint(kind: str, name: str) -> str | None:
+    """Return the ``pip install`` command for a first-party plugin that provides ``name``, if any."""
+    dist = FIRST_PARTY_HINTS.get((kind, name.lower()))
+    return f"pip install {dist}" if dist else None
+
+
+def close_matches(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """Return up to ``n`` choices that look like ``name`` (difflib), best first."""
+    return difflib.get_close_matches(name.lower(), sorted(set(choices)), n=n, cutoff=0.6)
+
+
+class FabricCoreError(Exception):
+    """Base class of every error raised by fabric-core."""
+
+
+class FabricCoreWarning(UserWarning):
+    """Base class of every warning issued by fabric-core."""
+
+
+class PluginWarning(FabricCoreWarning):
+    """A plugin could not be used; everything else keeps working."""
+
+
+class UnknownNameError(FabricCoreError, ValueError):
+    """A component name that no loaded plugin provides.
+
+    Attributes:
+        kind: The kind of component (``"accelerator"``, ``"strategy"``, ...).
+        name: The name that was passed.
+        argument: How the user passed it, e.g. ``"Fabric(strategy=...)"``.
+        choices: Every valid name of this kind.
+        suggestions: The choices closest to ``name``.
+        hint: The next command to run, if there is one.
+    """
+
+    def __init__(self, kind: str, name: str, choices: Iterable[str], *, argument: str | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.argument = argument or f"Fabric({kind}=...)"
+        self.choices = sorted(set(choices))
+        self.suggestions = close_matches(name, self.choices)
+        self.hint = install_hint(kind, name)
+        call = self.argument.replace("...", repr(name))
+        lines = [f"`{call}`: no installed plugin provides the {kind} {name!r}."]
+        if not self.suggestions and self.hint is None:
+            # A typo of a name whose plugin is not installed: suggest it together with its install command.
+            known = [n for k, n in FIRST_PARTY_HINTS if k == kind and n not in self.choices]
+            self.suggestions = close_matches(name, known)
+            if self.suggestions:
+                self.hint = install_hint(kind, self.suggestions[0])
+        if self.suggestions:
+            lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
+        lines.append(f"Valid choices: {', '.join(self.choices) or '(none)'}.")
+        if self.hint:
+            lines.append(f"To get it: `{self.hint}`.")
+        else:
+            lines.append("Run `fabric-core list-plugins` to see every installed plugin.")
+        super().__init__(" ".join(lines))
+
+
+class AmbiguousNameError(FabricCoreError, ValueError):
+    """Two plugins provide one component name; the user must qualify it as ``"plugin:name"``.
+
+    Attributes:
+        kind: The kind of component.
+        name: The ambiguous name.
+        providers: The plugins that provide it.
+    """
+
+    def __init__(self, kind: str, name: str, providers: Iterable[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.providers = sorted(providers)
+        options = " or ".join(f"{p}:{name}".__repr__() for p in self.providers)
+        super().__init__(
+            f"The {kind} name {name!r} is provided by more than one plugin: {', '.join(self.providers)}. "
+            f"Select one with a qualified name: {options}."
+        )
+
+
+class PluginLoadError(FabricCoreError):
+    """A plugin could not be loaded or registered (raised only in strict mode).
+
+    Attributes:
+        plugin: The plugin's entry-point name.
+        distribution: The distribution that declares it, if known.
+    """
+
+    def __init__(self, plugin: str, message: str, *, distribution: str | None = None) -> None:
+        self.plugin = plugin
+        self.distribution = distribution
+        where = f" (from distribution {distribution!r})" if distribution else ""
+        super().__init__(f"Plugin {plugin!r}{where}: {message}")
+
+
+class PluginImportError(PluginLoadError, ImportError):
+    """A component's target, or a plugin's module, failed to import."""
+
+
+class IncompatiblePluginError(PluginLoadError):
+    """A plugin requires a version of fabric-core other than the one installed."""
+
+
+class InvalidConfigError(FabricCoreError, ValueError):
+    """A value or a combination of values that fabric-core cannot run.
+
+    Attributes:
+        argument: The argument at fault (``"devices"``, ``"precision"``, ...), if one is.
+        value: The value that was passed.
+    """
+
+    def __init__(self, message: str, *, argument: str | None = None, value: object = None) -> None:
+        self.argument = argument
+        self.value = value
+        super().__init__(message)
+
+
+class CheckpointError(FabricCoreError):
+    """A checkpoint file could not be read.
+
+    Attributes:
+        path: The checkpoint's path.
+        reason: ``"corrupt"`` (truncated, or not a checkpoint at all) or ``"unsafe"`` (it holds Python
+            objects that loading with ``weights_only=True`` refused).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, reason: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(message)

@@ -1,0 +1,177 @@
+"""The whole plugin contract of fabric-core.
+
+A plugin is a module (named by an entry point in the group ``fabric_core.plugins``) holding functions
+decorated with :data:`hookimpl`. It must import nothing heavy: registration hooks record strings, and the
+classes they name are imported only when a user chooses them.
+
+Three families of hooks:
+
+* **Registration** (``fabric_core_register_*``): called once per plugin manager, at discovery. Each receives
+  a :class:`~fabric_core.Registry` for one kind of component and calls ``registry.add(...)``.
+* **Selection** (``fabric_core_select_*``, ``firstresult``): called while ``Fabric(...)`` resolves its
+  arguments. Each maps what the user asked for to the catalog name that serves it here. The first plugin
+  to return something other than ``None`` decides; the core's own answer is a ``trylast`` implementation.
+* **Validation** (``fabric_core_validate_selection``): called with the final selection; raise
+  :class:`~fabric_core.errors.InvalidConfigError` to reject a combination.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import pluggy
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Registry, Spec
+    from fabric_core._selection import SelectionContext
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+PROJECT: Final = "fabric_core"
+hookspec: Final = pluggy.HookspecMarker(PROJECT)
+hookimpl: Final = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def fabric_core_register_accelerators(registry: Registry) -> None:
+    """Register accelerators (``"cpu"``, ``"cuda"``, ...).
+
+    Called once per plugin manager, when its catalog is first needed. The target is an
+    :class:`~fabric_core.accelerators.Accelerator` subclass. Give a ``probe`` and a ``priority`` so that
+    ``accelerator="auto"`` can consider it: probes run from the highest priority down and the first
+    available accelerator wins (built-in cpu: priority 0).
+
+    Args:
+        registry: Call ``registry.add(name, "module:Class", description=..., ...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_strategies(registry: Registry) -> None:
+    """Register strategies (``"single_device"``, ``"ddp"``, ...).
+
+    Called once per plugin manager. The target is a :class:`~fabric_core.strategies.Strategy` subclass;
+    parameterised names are aliases with ``defaults`` (``"ddp_spawn"`` = ``{"start_method": "spawn"}``).
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_precisions(registry: Registry) -> None:
+    """Register precision plugins (``"32-true"``, ``"bf16-mixed"``, ``"nf4"``, ...).
+
+    Called once per plugin manager. The target is a :class:`~fabric_core.precision.Precision` subclass.
+    A strategy that needs its own precision class registers it under its own name and maps the user's
+    precision string to it in :func:`fabric_core_select_precision`.
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_environments(registry: Registry) -> None:
+    """Register cluster environments (``"slurm"``, ``"torchelastic"``, ...).
+
+    Called once per plugin manager. The target is a
+    :class:`~fabric_core.environments.ClusterEnvironment` subclass. Its ``probe`` says whether the current
+    process runs under that environment; detection tries probes from the highest priority down and falls
+    back to ``"lightning"``.
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_loggers(registry: Registry) -> None:
+    """Register loggers selectable as ``Fabric(loggers="name")`` or ``spec("name", ...)``.
+
+    Called once per plugin manager. The target is a :class:`~fabric_core.loggers.Logger` subclass.
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_callbacks(registry: Registry) -> None:
+    """Register callbacks selectable as ``Fabric(callbacks="name")`` or ``spec("name", ...)``.
+
+    Called once per plugin manager. The target is any class whose instances have methods named after the
+    events passed to ``fabric.call(...)``.
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec(firstresult=True)
+def fabric_core_select_accelerator(requested: str, context: SelectionContext) -> str | Spec | None:
+    """Map the requested accelerator name to the catalog entry that serves it.
+
+    Called once per ``Fabric(...)`` whose ``accelerator`` is a string, before the catalog lookup. Use it
+    for names that are a choice between entries (``"gpu"`` means mps where available, else cuda).
+
+    Args:
+        requested: The lower-cased string the user passed (``"auto"``, ``"gpu"``, ``"cuda"``, ...).
+        context: What is known so far (devices and num_nodes as passed, the catalog).
+
+    Returns:
+        A catalog name or :class:`~fabric_core.Spec`, or ``None`` to leave the decision to others. The
+        core's fallback runs probes for ``"auto"`` and otherwise returns ``requested`` unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def fabric_core_select_strategy(requested: str, context: SelectionContext) -> str | Spec | None:
+    """Map the requested strategy name to the catalog entry that serves it on this accelerator.
+
+    Called once per ``Fabric(...)`` whose ``strategy`` is a string, after the accelerator, devices and
+    cluster environment are settled. Decides ``"auto"`` (``"ddp"`` for more than one device) and
+    substitutions (``"dp"`` on CPU becomes ``"ddp"``).
+
+    Args:
+        requested: The lower-cased string the user passed.
+        context: The accelerator, device type, number of devices and nodes, and cluster environment.
+
+    Returns:
+        A catalog name or :class:`~fabric_core.Spec`, or ``None`` to leave the decision to others. The
+        core's fallback turns ``"auto"`` with one device into ``"single_device"`` and otherwise returns
+        ``requested`` unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | Spec | None:
+    """Map a normalised precision string to the precision entry that serves it under the strategy.
+
+    Called once per ``Fabric(...)`` whose ``precision`` is not an instance, after the strategy is chosen
+    (``context.strategy_class`` is its class). Strategies that bring their own precision class (FSDP,
+    DeepSpeed, XLA) answer here.
+
+    Args:
+        requested: The precision in canonical form (``"bf16-mixed"``, ``"32-true"``, ``"nf4"``, ...).
+        context: Everything chosen so far, including ``strategy_class``.
+
+    Returns:
+        A catalog name or :class:`~fabric_core.Spec`, or ``None``. The core's fallback returns
+        ``requested`` unchanged (``"16-mixed"`` on CPU becomes ``"bf16-mixed"`` with a warning).
+    """
+
+
+@hookspec
+def fabric_core_validate_selection(context: SelectionContext) -> None:
+    """Reject a combination that cannot run.
+
+    Called once per ``Fabric(...)`` with the complete selection, before any component is built. Every
+    implementation runs.
+
+    Args:
+        context: The complete selection.
+
+    Raises:
+        InvalidConfigError: With a message naming the values at fault and what would work instead.
+    """

@@ -1,0 +1,326 @@
+"""The strategy interface: how modules, optimizers, collectives and checkpoints work on the devices."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabric_core.accelerators.accelerator import Accelerator
+from fabric_core.io.checkpoint_io import CheckpointIO
+from fabric_core.precision.precision import Precision
+from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.init import EmptyInit
+
+if TYPE_CHECKING:
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.launchers.launcher import Launcher
+
+__all__ = ["BackwardSyncControl", "Stateful", "Strategy"]
+
+T = TypeVar("T")
+PathLike = str | os.PathLike[str]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Anything with ``state_dict()`` and ``load_state_dict()``: saved and restored by ``fabric.save``."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+class BackwardSyncControl(ABC):
+    """Skips gradient synchronisation for ``fabric.no_backward_sync(module)``."""
+
+    @abstractmethod
+    def no_backward_sync(self, module: Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
+        """Context in which backward does not synchronise the gradients of ``module``."""
+
+
+class Strategy(ABC):
+    """Owns the accelerator, the precision and the checkpoint I/O, and decides how they work together.
+
+    Built by name from the catalog (its entry's ``defaults`` and the user's options become constructor
+    arguments), then completed by :meth:`connect` with what selection decided.
+    """
+
+    #: Whether model and optimizers must be set up together (``fabric.setup_optimizers`` is refused).
+    requires_joint_setup: ClassVar[bool] = False
+    #: Whether one process drives all devices (no ``fabric.launch()`` needed before setup).
+    single_process: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+    ) -> None:
+        self._accelerator = accelerator
+        self._checkpoint_io = checkpoint_io
+        self._precision = precision
+        self._launcher: Launcher | None = None
+        self._backward_sync_control: BackwardSyncControl | None = None
+
+    # -- wiring ------------------------------------------------------------------------------------------
+    @property
+    def accelerator(self) -> Accelerator | None:
+        return self._accelerator
+
+    @accelerator.setter
+    def accelerator(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = accelerator
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        if self._checkpoint_io is None:
+            from fabric_core.io.torch_io import TorchCheckpointIO
+
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @property
+    def precision(self) -> Precision:
+        if self._precision is None:
+            self._precision = Precision()
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = precision
+
+    @property
+    def launcher(self) -> Launcher | None:
+        return self._launcher
+
+    def connect(
+        self,
+        *,
+        accelerator: Accelerator,
+        precision: Precision,
+        checkpoint_io: CheckpointIO | None,
+        cluster_environment: ClusterEnvironment,
+        parallel_devices: list[torch.device],
+        num_nodes: int,
+    ) -> None:
+        """Complete the strategy with what selection decided; values the user set on it are kept.
+
+        Raises:
+            InvalidConfigError: The strategy already carries a different accelerator/precision.
+        """
+        if self._accelerator is None:
+            self._accelerator = accelerator
+        if self._precision is None:
+            self._precision = precision
+        if self._checkpoint_io is None:
+            self._checkpoint_io = checkpoint_io
+
+    # -- topology ----------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device of this process."""
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """Arguments for a ``DistributedSampler``; ``None`` where each process sees the whole dataset."""
+        return None
+
+    def setup_environment(self) -> None:
+        """Prepare this process: the device, then (in parallel strategies) the process group."""
+        assert self.accelerator is not None
+        self.accelerator.setup_device(self.root_device)
+
+    # -- modules and optimizers --------------------------------------------------------------------------
+    def setup_module_and_optimizers(
+        self, module: Module, optimizers: list[Optimizer], scheduler: Any = None
+    ) -> tuple[Module, list[Optimizer], Any]:
+        """Set up a model and its optimizers together (DeepSpeed needs both at once)."""
+        module = self.setup_module(module)
+        optimizers = [self.setup_optimizer(o) for o in optimizers]
+        return module, optimizers, scheduler
+
+    def setup_module(self, module: Module) -> Module:
+        """Wrap or shard the module for this strategy (identity for one device)."""
+        return module
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """Wrap the optimizer for this strategy (identity for most)."""
+        return optimizer
+
+    def module_to_device(self, module: Module) -> None:
+        module.to(self.root_device)
+
+    def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
+        return move_data_to_device(batch, device or self.root_device)
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Tensors created inside land on this process's device in the precision's dtype."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.root_device)
+        stack.enter_context(self.precision.tensor_init_context())
+        return stack
+
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Modules created inside land on the device and, with ``empty_init``, skip initialisation."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.root_device)
+        stack.enter_context(EmptyInit(enabled=bool(empty_init)))
+        stack.enter_context(self.precision.module_init_context())
+        return stack
+
+    def gathered_parameters(
+        self, params: Iterable[Tensor], modifier_rank: int | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context in which sharded parameters are whole (nothing to do when they are not sharded)."""
+        return contextlib.nullcontext()
+
+    # -- the training step -------------------------------------------------------------------------------
+    def backward(self, tensor: Tensor, module: Module | None, *args: Any, **kwargs: Any) -> None:
+        tensor = self.precision.pre_backward(tensor, module)
+        self.precision.backward(tensor, module, *args, **kwargs)
+        self.precision.post_backward(tensor, module)
+
+    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        return self.precision.optimizer_step(optimizer, **kwargs)
+
+    @property
+    def backward_sync_control(self) -> BackwardSyncControl | None:
+        return self._backward_sync_control
+
+    def clip_gradients_norm(
+        self,
+        module: Module,
+        optimizer: Optimizer,
+        max_norm: float | int,
+        norm_type: float | int = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor:
+        """Clip the gradients of the optimizer's parameters by their total norm; return that norm."""
+        self.precision.unscale_gradients(optimizer)
+        parameters = list(self.precision.main_params(optimizer))
+        return torch.nn.utils.clip_grad_norm_(
+            parameters, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
+        )
+
+    def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float | int) -> None:
+        """Clamp every gradient of the optimizer's parameters to ``[-clip_val, clip_val]``."""
+        self.precision.unscale_gradients(optimizer)
+        torch.nn.utils.clip_grad_value_(list(self.precision.main_params(optimizer)), clip_value=clip_val)
+
+    # -- collectives: identity in one process ------------------------------------------------------------
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
+        return tensor
+
+    def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
+        return tensor
+
+    def barrier(self, name: str | None = None) -> None:
+        return None
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        return obj
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
+        return decision
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def get_module_state_dict(self, module: Module) -> dict[str, Any]:
+        return module.state_dict()
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
+        module.load_state_dict(state_dict, strict=strict)
+
+    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def state_to_save(
+        self, state: Mapping[str, Any], filter: Mapping[str, Callable[[str, Any], bool]] | None = None  # noqa: A002
+    ) -> dict[str, Any]:
+        """Turn modules, optimizers and stateful objects in ``state`` into plain state dicts."""
+        converted: dict[str, Any] = {}
+        for key, obj in state.items():
+            if isinstance(obj, Module):
+                value = self.get_module_state_dict(obj)
+            elif isinstance(obj, Optimizer):
+                value = self.get_optimizer_state(obj)
+            elif isinstance(obj, Stateful):
+                value = obj.state_dict()
+            else:
+                value = obj
+            if filter is not None and key in filter and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if filter[key](k, v)}
+            converted[key] = value
+        return converted
+
+    def save_checkpoint(
+        self,
+        path: PathLike,
+        state: Mapping[str, Any],
+        storage_options: Any = None,
+        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,  # noqa: A002 - Lightning's name
+    ) -> None:
+        """Write ``state`` to ``path``: only global rank 0 writes."""
+        checkpoint = self.state_to_save(state, filter)
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
+
+    def load_checkpoint(
+        self,
+        path: PathLike,
+        state: Module | Optimizer | dict[str, Any] | None = None,
+        strict: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``)."""
+        from fabric_core.io.restore import restore_state
+
+        checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
+        if isinstance(state, Module):
+            self.load_module_state_dict(state, checkpoint, strict=strict)
+            return {}
+        if isinstance(state, Optimizer):
+            state.load_state_dict(checkpoint)
+            return {}
+        if not state:
+            return checkpoint
+        return restore_state(self, state, checkpoint, strict=strict)
+
+    def teardown(self) -> None:
+        """Release the devices and the checkpoint I/O."""
+        self.precision.teardown()
+        if self.accelerator is not None:
+            self.accelerator.teardown()
+        self.checkpoint_io.teardown()

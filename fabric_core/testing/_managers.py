@@ -1,0 +1,38 @@
+"""Isolated plugin managers for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fabric_core._manager import PluginManager
+
+__all__ = ["make_manager"]
+
+
+def make_manager(
+    *plugins: Any,
+    autoload: bool = False,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> PluginManager:
+    """Build a :class:`PluginManager` that sees only what the test gives it.
+
+    Args:
+        *plugins: Plugin modules or objects (with ``@hookimpl`` functions) to register, named after their
+            ``__name__`` (last dotted part) unless given as ``(name, plugin)`` pairs.
+        autoload: Also load installed entry-point plugins (off: the test controls everything).
+        environ: The switches' environment; empty by default so the caller's ``FABRIC_CORE_*`` never leak in.
+        **options: Passed to :class:`PluginManager` (``allow=``, ``block=``, ``strict=``, ``group=``).
+
+    Returns:
+        A fresh manager; nothing global is touched.
+    """
+    named: dict[str, object] = {}
+    for plugin in plugins:
+        if isinstance(plugin, tuple):
+            name, obj = plugin
+        else:
+            name, obj = getattr(plugin, "__name__", type(plugin).__name__).rpartition(".")[2], plugin
+        named[name] = obj
+    return PluginManager(autoload=autoload, plugins=named, environ=dict(environ or {}), **options)

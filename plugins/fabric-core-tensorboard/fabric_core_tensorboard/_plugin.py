@@ -1,0 +1,21 @@
+"""Registration of the TensorBoard logger: strings only, so discovery never imports torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fabric_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Registry
+
+
+@hookimpl
+def fabric_core_register_loggers(registry: Registry) -> None:
+    """Register ``"tensorboard"``."""
+    registry.add(
+        "tensorboard",
+        "fabric_core_tensorboard.logger:TensorBoardLogger",
+        description="Write scalars, hyperparameters and graphs as TensorBoard event files.",
+        requires=("tensorboard",),
+    )

@@ -1,0 +1,318 @@
+"""A logger that writes TensorBoard event files."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import numbers
+import os
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.loggers.logger import Logger
+from fabric_core.utilities.rank_zero import rank_zero_only
+
+__all__ = ["TensorBoardLogger"]
+
+_VERSION_DIR = re.compile(r"^version_(\d+)$")
+_HPARAM_TYPES = (bool, int, float, str)
+
+
+class _NoOp:
+    """What ``experiment`` is on ranks other than 0: every attribute is a callable that does nothing."""
+
+    def __getattr__(self, name: str) -> _NoOp:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _NoOp:
+        return self
+
+    def __getitem__(self, key: Any) -> _NoOp:
+        return self
+
+
+def _writer_backend() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Return ``(SummaryWriter, hparams)`` from torch's writer, else tensorboardX's.
+
+    Raises:
+        ModuleNotFoundError: Neither tensorboard nor tensorboardX is installed.
+    """
+    if importlib.util.find_spec("tensorboard") is not None:
+        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard.summary import hparams
+
+        return SummaryWriter, hparams
+    if importlib.util.find_spec("tensorboardX") is not None:
+        from tensorboardX import SummaryWriter as XSummaryWriter
+        from tensorboardX.summary import hparams as xhparams
+
+        return XSummaryWriter, xhparams
+    raise ModuleNotFoundError(
+        "TensorBoardLogger needs `tensorboard` or `tensorboardX`, and neither is installed. "
+        "Run `pip install tensorboard` (or `pip install fabric-core-tensorboard[tensorboardx]`)."
+    )
+
+
+def _expand(path: str | os.PathLike[str]) -> str:
+    return os.path.expandvars(os.path.expanduser(os.fspath(path)))
+
+
+class TensorBoardLogger(Logger):
+    """Write metrics, hyperparameters and the model graph as TensorBoard event files.
+
+    Files go to ``root_dir/name/version_N[/sub_dir]``. Only global rank 0 writes; on other ranks every
+    method returns without doing anything and :attr:`experiment` is a do-nothing object.
+
+    Args:
+        root_dir: Folder holding every experiment; ``~`` and environment variables are expanded.
+        name: Experiment name, a subfolder of ``root_dir``; ``""`` or ``None`` writes versions directly
+            into ``root_dir``.
+        version: An int gives ``version_<int>``, a string is the folder name itself, ``None`` takes the
+            highest existing ``version_N`` plus one (0 when there is none).
+        default_hp_metric: Log ``hp_metric=-1`` with the hyperparameters when no metrics are given, so
+            that TensorBoard's HParams tab has a column to fill in later.
+        prefix: Prepended to every metric name, joined with ``-``.
+        sub_dir: A folder inside the version folder (``~`` and environment variables expanded).
+        **writer_kwargs: Passed to ``SummaryWriter`` (``flush_secs``, ``max_queue``, ``filename_suffix``...).
+
+    Raises:
+        ModuleNotFoundError: Neither tensorboard nor tensorboardX is installed.
+    """
+
+    PREFIX_SEPARATOR = "-"
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+        **writer_kwargs: Any,
+    ) -> None:
+        self._writer_class, self._hparams_summary = _writer_backend()
+        self._root_dir = _expand(root_dir)
+        self._name = name or ""
+        self._version = version
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._sub_dir = None if sub_dir is None else _expand(sub_dir)
+        self._writer_kwargs = writer_kwargs
+        self._experiment: Any = None
+
+    @property
+    def name(self) -> str:
+        """The experiment name."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version, decided on first access when it was not given."""
+        if self._version is None:
+            self._version = self._next_version()
+        return self._version
+
+    @property
+    def root_dir(self) -> str:
+        """``root_dir/name``: the folder that holds every version of this experiment."""
+        return os.path.join(self._root_dir, self._name) if self._name else self._root_dir
+
+    @property
+    def log_dir(self) -> str:
+        """The folder this logger writes its event files to."""
+        version = self.version
+        path = os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+        return os.path.join(path, self._sub_dir) if self._sub_dir else path
+
+    @property
+    def sub_dir(self) -> str | None:
+        """The folder inside the version folder, if any."""
+        return self._sub_dir
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter`` (created on first use) on rank 0; a do-nothing object elsewhere."""
+        if self._experiment is None:
+            self._experiment = self._create_writer()
+        return _NoOp() if self._experiment is None else self._experiment
+
+    @rank_zero_only
+    def _create_writer(self) -> Any:
+        return self._writer_class(self.log_dir, **self._writer_kwargs)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Write each metric as a scalar at ``step``; a dict value becomes a group of scalars.
+
+        Args:
+            metrics: Names to numbers, one-element tensors, or dicts of those.
+            step: The global step; ``None`` lets the writer use 0.
+
+        Raises:
+            InvalidConfigError: A value is not a number (also a ``ValueError``); nothing is written then.
+        """
+        scalars: dict[str, float | dict[str, float]] = {}
+        for key, value in metrics.items():
+            name = f"{self._prefix}{self.PREFIX_SEPARATOR}{key}" if self._prefix else key
+            if isinstance(value, Mapping):
+                scalars[name] = {str(k): _to_scalar(f"{key}/{k}", v) for k, v in value.items()}
+            else:
+                scalars[name] = _to_scalar(key, value)
+        for name, value in scalars.items():
+            if isinstance(value, dict):
+                self.experiment.add_scalars(name, value, step)
+            else:
+                self.experiment.add_scalar(name, value, step)
+
+    @rank_zero_only
+    def log_hyperparams(
+        self,
+        params: Mapping[str, Any] | argparse.Namespace | None,
+        metrics: Mapping[str, Any] | float | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Write hyperparameters for TensorBoard's HParams tab.
+
+        Nested mappings are flattened to ``"outer/inner"`` keys; values other than bool, int, float and
+        str (lists, None, objects) are written as their ``str()``.
+
+        Args:
+            params: A mapping or an ``argparse.Namespace``.
+            metrics: Metrics to show next to the hyperparameters; a bare number means ``hp_metric``.
+                ``None`` logs ``hp_metric=-1`` when ``default_hp_metric`` is set.
+            step: The step at which to record them.
+
+        Raises:
+            InvalidConfigError: ``params`` is neither a mapping nor a namespace, or a metric is not a number.
+        """
+        hparams = {key: _to_hparam(value) for key, value in _flatten(_as_dict(params)).items()}
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        if metrics:
+            self.log_metrics(metrics, step)
+        metric_names = {
+            f"{self._prefix}{self.PREFIX_SEPARATOR}{k}" if self._prefix else k: 0.0 for k in metrics
+        }
+        writer = self.experiment._get_file_writer()
+        for summary in self._hparams_summary(hparams, metric_names):
+            writer.add_summary(summary, step)
+
+    @rank_zero_only
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Trace ``model`` on ``input_array`` (default: ``model.example_input_array``) and write its graph.
+
+        Args:
+            model: The module to trace.
+            input_array: An example input, a tensor or a tuple of tensors.
+        """
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            warnings.warn(
+                "TensorBoardLogger.log_graph: no graph written because there is no example input. Pass "
+                "`input_array=` or set `model.example_input_array`.",
+                FabricCoreWarning,
+                stacklevel=3,
+            )
+            return
+        self.experiment.add_graph(model, input_array)
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Flush buffered events to disk."""
+        if self._experiment is not None:
+            self._experiment.flush()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Flush and close the event files; logging again afterwards opens new ones."""
+        if self._experiment is not None:
+            self._experiment.flush()
+            self._experiment.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The writer holds a file and a thread; a copy sent to another process creates its own.
+        state = self.__dict__.copy()
+        state["_experiment"] = None
+        return state
+
+    def _next_version(self) -> int:
+        try:
+            names = os.listdir(self.root_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        versions = [
+            int(m.group(1))
+            for n in names
+            if (m := _VERSION_DIR.match(n)) and os.path.isdir(os.path.join(self.root_dir, n))
+        ]
+        return max(versions) + 1 if versions else 0
+
+
+def _to_scalar(name: str, value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise InvalidConfigError(
+                f"TensorBoardLogger: metric {name!r} is a tensor of shape {tuple(value.shape)}; "
+                "only one-element tensors can be logged as scalars.",
+                argument="metrics",
+                value=value,
+            )
+        value = value.item()
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise InvalidConfigError(
+        f"TensorBoardLogger: metric {name!r} has the value {value!r} of type {type(value).__name__}; "
+        "expected a number, a one-element tensor, or a dict of those.",
+        argument="metrics",
+        value=value,
+    )
+
+
+def _as_dict(params: Any) -> dict[str, Any]:
+    if params is None:
+        return {}
+    if isinstance(params, argparse.Namespace):
+        return vars(params)
+    if isinstance(params, Mapping):
+        return dict(params)
+    raise InvalidConfigError(
+        f"TensorBoardLogger.log_hyperparams: params must be a mapping or an argparse.Namespace, got "
+        f"{type(params).__name__} {params!r}.",
+        argument="params",
+        value=params,
+    )
+
+
+def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}/{key}" if parent else str(key)
+        if isinstance(value, argparse.Namespace):
+            value = vars(value)
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _to_hparam(value: Any) -> bool | int | float | str:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, _HPARAM_TYPES):
+        return value
+    # numpy scalars are registered as numbers without subclassing int.
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return str(value)

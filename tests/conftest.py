@@ -1,0 +1,25 @@
+"""Shared fixtures: every test starts from a clean process state and restores what it changed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Drop FABRIC_CORE_* and rank variables a developer's shell may carry; restore global torch state."""
+    for name in list(os.environ):
+        if name.startswith("FABRIC_CORE_") or name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK",
+                                                         "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID"):
+            monkeypatch.delenv(name, raising=False)
+    import torch
+
+    dtype = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(dtype)
+    from fabric_core.utilities.rank_zero import rank_zero_only
+
+    rank_zero_only.rank = 0
