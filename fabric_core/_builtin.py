@@ -41,7 +41,9 @@ def fabric_core_register_strategies(registry: Registry) -> None:
 @hookimpl
 def fabric_core_register_precisions(registry: Registry) -> None:
     registry.add("32-true", f"{_P}.precision:Precision", description="Full fp32 precision (the default).")
-    registry.add("64-true", f"{_P}.double:DoublePrecision", description="Double precision: parameters and compute in fp64.")
+    registry.add(
+        "64-true", f"{_P}.double:DoublePrecision", description="Double precision: parameters and compute in fp64."
+    )
     for name, dtype in (("16-true", "fp16"), ("bf16-true", "bf16")):
         registry.add(
             name,
@@ -69,7 +71,9 @@ def fabric_core_register_environments(registry: Registry) -> None:
         ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
     ):
         module = f"{_E}.{name}"
-        registry.add(name, f"{module}:{cls}", description=description, priority=priority, probe=f"{module}:{cls}.detect")
+        registry.add(
+            name, f"{module}:{cls}", description=description, priority=priority, probe=f"{module}:{cls}.detect"
+        )
 
 
 @hookimpl

@@ -143,7 +143,9 @@ class PluginManager:
         self.allow: Final = (
             frozenset(a.lower() for a in allow) if allow is not None else _env_names(env, "FABRIC_CORE_PLUGINS")
         )
-        blocked = frozenset(b.lower() for b in block) if block is not None else _env_names(env, "FABRIC_CORE_BLOCK_PLUGINS")
+        blocked = (
+            frozenset(b.lower() for b in block) if block is not None else _env_names(env, "FABRIC_CORE_BLOCK_PLUGINS")
+        )
         self.block: Final = blocked or frozenset()
         self.strict: Final = strict if strict is not None else env_flag(env, "FABRIC_CORE_STRICT_PLUGINS", False)
         self.group: Final = group
@@ -178,15 +180,13 @@ class PluginManager:
         self._register(BUILTIN, _builtin, PluginRecord(BUILTIN, "loaded", module=_builtin.__name__))
         for name, obj in self._extra.items():
             module = getattr(obj, "__name__", type(obj).__name__)
-            self._consider(name.lower(), lambda obj=obj: obj, PluginRecord(name.lower(), "loaded", module=module))
+            self._consider(name.lower(), _constant(obj), PluginRecord(name.lower(), "loaded", module=module))
         if self.autoload:
             for ep in metadata.entry_points(group=self.group):
                 self._consider_entry_point(ep)
         if self.allow is not None:
             for missing in sorted(self.allow - set(self._records)):
-                self._problem(
-                    PluginRecord(missing, "blocked", reason="named in FABRIC_CORE_PLUGINS but not installed")
-                )
+                self._problem(PluginRecord(missing, "blocked", reason="named in FABRIC_CORE_PLUGINS but not installed"))
 
     def _consider_entry_point(self, ep: metadata.EntryPoint) -> None:
         from fabric_core._metadata import core_requirement_problem
@@ -352,6 +352,10 @@ class PluginManager:
                 raise
             except Exception as exc:
                 self._fail_loaded(impl.plugin_name, f"fabric_core_validate_selection raised {exc!r}")
+
+
+def _constant(obj: object) -> Callable[[], object]:
+    return lambda: obj
 
 
 _default: PluginManager | None = None

@@ -352,8 +352,14 @@ def _select_accelerator(
         )
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
     decisions.append(
-        Decision("accelerator", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "accelerator"),
-                 target=entry.target)
+        Decision(
+            "accelerator",
+            entry.name,
+            reason,
+            plugin=entry.plugin,
+            hook=_hook(plugin, "accelerator"),
+            target=entry.target,
+        )
     )
     return _Choice(entry=entry, options=options), dataclasses.replace(
         ctx, accelerator=entry.name, accelerator_class=cls, device_type=cls.device_type
@@ -365,7 +371,7 @@ def _hook(plugin: str | None, what: str) -> str | None:
 
 
 def _select_devices(ctx: SelectionContext, devices: Any, decisions: list[Decision]) -> SelectionContext:
-    cls = ctx.accelerator_class
+    cls: Any = ctx.accelerator_class
     assert cls is not None
     devices = _normalize_devices(devices, ctx.accelerator or cls.__name__)
     parsed = cls.auto_device_count() if devices == "auto" else cls.parse_devices(devices)
@@ -374,7 +380,9 @@ def _select_devices(ctx: SelectionContext, devices: Any, decisions: list[Decisio
     return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel)
 
 
-def _select_environment(ctx: SelectionContext, explicit: Any, decisions: list[Decision]) -> tuple[_Choice, SelectionContext]:
+def _select_environment(
+    ctx: SelectionContext, explicit: Any, decisions: list[Decision]
+) -> tuple[_Choice, SelectionContext]:
     if isinstance(explicit, _Choice):
         choice, name = explicit, explicit.entry.name if explicit.entry else "?"
         reason = "passed in plugins="
@@ -418,8 +426,9 @@ def _select_strategy(
     entry = ctx.catalog.get("strategy", name, argument="Fabric(strategy=...)")
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
     decisions.append(
-        Decision("strategy", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "strategy"),
-                 target=entry.target)
+        Decision(
+            "strategy", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "strategy"), target=entry.target
+        )
     )
     cls = entry.load()
     return _Choice(entry=entry, options=options), dataclasses.replace(ctx, strategy=entry.name, strategy_class=cls)
@@ -449,8 +458,9 @@ def _select_precision(
         options["device"] = ctx.device_type
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
     decisions.append(
-        Decision("precision", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "precision"),
-                 target=entry.target)
+        Decision(
+            "precision", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "precision"), target=entry.target
+        )
     )
     return _Choice(entry=entry, options=options), dataclasses.replace(ctx, precision=requested)
 
@@ -504,14 +514,20 @@ def select(
     manager = manager or get_manager()
     env = os.environ if environ is None else environ
     args = _from_environment(
-        {"accelerator": accelerator, "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
-         "precision": precision},
+        {
+            "accelerator": accelerator,
+            "strategy": strategy,
+            "devices": devices,
+            "num_nodes": num_nodes,
+            "precision": precision,
+        },
         env,
     )
     catalog = manager.catalog
     decisions: list[Decision] = []
-    ctx = SelectionContext(catalog=catalog, num_nodes=_validate_num_nodes(args["num_nodes"]),
-                           interactive=_is_interactive())
+    ctx = SelectionContext(
+        catalog=catalog, num_nodes=_validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
+    )
     plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
     if plugin_precision is not None and args["precision"] is not None:
         raise InvalidConfigError(

@@ -39,7 +39,7 @@ def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -47,21 +47,21 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def _list_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
     catalog = manager.catalog
     records = [r for r in manager.records if args.all or r.name != "builtin"]
-    entries = [
-        e
-        for e in catalog.entries(args.kind)
-        if (args.all or e.plugin != "builtin")
-    ]
+    entries = [e for e in catalog.entries(args.kind) if (args.all or e.plugin != "builtin")]
     entries.sort(key=lambda e: (KINDS.index(e.kind), e.plugin != "builtin", e.name))
     rows = [_entry_row(e, args.check) for e in entries]
     if args.json:
         payload = {"plugins": [r.as_dict() for r in records], "components": rows}
         print(json.dumps(payload, indent=2, default=repr))
         return 0
-    print(_table(
-        [[r.name, r.status, r.distribution or "-", r.version or "-", r.reason or ""] for r in records],
-        ["PLUGIN", "STATUS", "DISTRIBUTION", "VERSION", "NOTE"],
-    ) if records else "No plugins installed. `fabric-core list-plugins --all` shows the built-ins too.")
+    print(
+        _table(
+            [[r.name, r.status, r.distribution or "-", r.version or "-", r.reason or ""] for r in records],
+            ["PLUGIN", "STATUS", "DISTRIBUTION", "VERSION", "NOTE"],
+        )
+        if records
+        else "No plugins installed. `fabric-core list-plugins --all` shows the built-ins too."
+    )
     if rows:
         header = ["KIND", "NAME", "PLUGIN", "DESCRIPTION"]
         table_rows = []
@@ -92,13 +92,13 @@ def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
         num_nodes=args.num_nodes,
         precision=args.precision,
     )
-    rows = [
-        [d.step, d.value, d.reason, d.plugin or "-", d.hook or "-", d.target or "-"] for d in selection.decisions
-    ]
+    rows = [[d.step, d.value, d.reason, d.plugin or "-", d.hook or "-", d.target or "-"] for d in selection.decisions]
     print(_table(rows, ["STEP", "CHOICE", "WHY", "PLUGIN", "HOOK", "BUILDS"]))
     ctx = selection.context
-    print(f"\nworld size {ctx.world_size} = {ctx.num_processes} process(es) x {ctx.num_nodes} node(s); "
-          f"processes created externally: {'yes' if ctx.creates_processes_externally else 'no'}")
+    print(
+        f"\nworld size {ctx.world_size} = {ctx.num_processes} process(es) x {ctx.num_nodes} node(s); "
+        f"processes created externally: {'yes' if ctx.creates_processes_externally else 'no'}"
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "PluginImportError",
     "PluginLoadError",
     "PluginWarning",
+    "PossibleUserWarning",
     "UnknownNameError",
     "install_hint",
 ]
@@ -82,6 +83,10 @@ class FabricCoreError(Exception):
 
 class FabricCoreWarning(UserWarning):
     """Base class of every warning issued by fabric-core."""
+
+
+class PossibleUserWarning(FabricCoreWarning):
+    """Something in the user's code that is likely, but not certainly, a mistake (Lightning's name)."""
 
 
 class PluginWarning(FabricCoreWarning):

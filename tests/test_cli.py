@@ -39,7 +39,10 @@ def test_list_plugins_json_does_not_import_torch() -> None:
 def test_python_dash_m_entry_point_works() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "fabric_core", "list-plugins", "--all", "--kind", "strategy"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert "single_device" in result.stdout
     assert "One process on one device" in result.stdout

@@ -104,7 +104,7 @@ def test_plugin_that_raises_at_import_is_isolated(tmp_path: Path) -> None:
 
 
 def test_plugin_whose_registration_hook_raises_loses_all_its_entries(tmp_path: Path) -> None:
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         from fabric_core.hookspecs import hookimpl
 
         @hookimpl
@@ -114,7 +114,7 @@ def test_plugin_whose_registration_hook_raises_loses_all_its_entries(tmp_path: P
         @hookimpl
         def fabric_core_register_loggers(registry):
             raise ValueError("registration exploded")
-    ''')
+    """)
     with installed(tmp_path, ("dist-x", "exploding", source), ("dist-ok", "ok", strategy_plugin("fine"))):
         with pytest.warns(PluginWarning, match="registration exploded"):
             m = manager()
@@ -136,9 +136,7 @@ def test_two_distributions_with_one_entry_point_name_conflict(tmp_path: Path) ->
 
 
 def test_two_providers_of_one_name_are_ambiguous_until_qualified(tmp_path: Path) -> None:
-    with installed(
-        tmp_path, ("dist-p", "p", strategy_plugin("shared")), ("dist-q", "q", strategy_plugin("shared"))
-    ):
+    with installed(tmp_path, ("dist-p", "p", strategy_plugin("shared")), ("dist-q", "q", strategy_plugin("shared"))):
         m = manager()
         with pytest.raises(AmbiguousNameError) as info:
             m.catalog.get("strategy", "shared")

@@ -23,7 +23,11 @@ def test_defaults_resolve_to_one_cpu_device_and_fp32() -> None:
     selection = choose()
     ctx = selection.context
     assert (ctx.accelerator, ctx.strategy, ctx.precision, ctx.environment) == (
-        "cpu", "single_device", "32-true", "lightning")
+        "cpu",
+        "single_device",
+        "32-true",
+        "lightning",
+    )
     assert ctx.parallel_devices == (torch.device("cpu"),)
     built = selection.build()
     assert type(built.strategy).__name__ == "SingleDeviceStrategy"
@@ -83,10 +87,15 @@ def test_selection_hooks_decide_and_are_recorded() -> None:
         if context.precision == "64-true":
             raise InvalidConfigError("no doubles here", argument="precision")
 
-    m = make_manager(plugin_module("mine", {
-        "fabric_core_select_strategy": pick_strategy,
-        "fabric_core_validate_selection": reject,
-    }))
+    m = make_manager(
+        plugin_module(
+            "mine",
+            {
+                "fabric_core_select_strategy": pick_strategy,
+                "fabric_core_validate_selection": reject,
+            },
+        )
+    )
     selection = select(m, strategy="mine")
     assert selection.strategy.options == {"device": "cpu"}
     decision = next(d for d in selection.decisions if d.step == "strategy")
@@ -97,12 +106,22 @@ def test_selection_hooks_decide_and_are_recorded() -> None:
 
 def test_auto_accelerator_prefers_higher_priority_and_rejects_ties() -> None:
     def register(registry: Any) -> None:
-        registry.add("fast", "fabric_core.accelerators.cpu:CPUAccelerator", description="x", priority=50,
-                     probe="fabric_core.accelerators.cpu:CPUAccelerator.is_available")
+        registry.add(
+            "fast",
+            "fabric_core.accelerators.cpu:CPUAccelerator",
+            description="x",
+            priority=50,
+            probe="fabric_core.accelerators.cpu:CPUAccelerator.is_available",
+        )
 
     def register_twin(registry: Any) -> None:
-        registry.add("twin", "fabric_core.accelerators.cpu:CPUAccelerator", description="y", priority=50,
-                     probe="fabric_core.accelerators.cpu:CPUAccelerator.is_available")
+        registry.add(
+            "twin",
+            "fabric_core.accelerators.cpu:CPUAccelerator",
+            description="y",
+            priority=50,
+            probe="fabric_core.accelerators.cpu:CPUAccelerator.is_available",
+        )
 
     one = make_manager(plugin_module("fast", {"fabric_core_register_accelerators": register}))
     assert select(one).context.accelerator == "fast"
@@ -116,8 +135,9 @@ def test_auto_accelerator_prefers_higher_priority_and_rejects_ties() -> None:
 
 def test_unavailable_accelerator_names_what_is_available() -> None:
     def register(registry: Any) -> None:
-        registry.add("ghost", "fabric_core.accelerators.cpu:CPUAccelerator", description="never here",
-                     probe="builtins:bool")
+        registry.add(
+            "ghost", "fabric_core.accelerators.cpu:CPUAccelerator", description="never here", probe="builtins:bool"
+        )
 
     m = make_manager(plugin_module("ghost", {"fabric_core_register_accelerators": register}))
     with pytest.raises(InvalidConfigError, match=r"`CPUAccelerator` can not run.*\['cpu'\]"):
@@ -194,4 +214,11 @@ def test_bad_values_are_rejected_with_a_helpful_message(
 def test_bad_values_table_is_large_enough() -> None:
     assert len(BAD_VALUES) >= 30
     assert {k for kwargs, _, _ in BAD_VALUES for k in kwargs} >= {
-        "accelerator", "strategy", "devices", "num_nodes", "precision", "plugins", "loggers"}
+        "accelerator",
+        "strategy",
+        "devices",
+        "num_nodes",
+        "precision",
+        "plugins",
+        "loggers",
+    }
