@@ -13,7 +13,7 @@ def test_registry_rejects_bad_names_and_targets() -> None:
     registry = Registry("strategy", "p")
     with pytest.raises(InvalidConfigError, match="'Bad Name'"):
         registry.add("Bad Name", "a.b:C", description="x")
-    with pytest.raises(InvalidConfigError, match="'a.b.C'.*module:attribute"):
+    with pytest.raises(InvalidConfigError, match=r"'a\.b\.C'.*module:attribute"):
         registry.add("ok", "a.b.C", description="x")
     with pytest.raises(InvalidConfigError, match="'UPPER'"):
         registry.add("ok", "a.b:C", description="x", aliases=("UPPER",))
