@@ -82,6 +82,7 @@ def fabric_core_register_loggers(registry: Registry) -> None:
         "csv",
         "fabric_core.loggers.csv_logs:CSVLogger",
         description="Writes metrics to root_dir/name/version_N/metrics.csv (no dependencies).",
+        defaults={"root_dir": "."},
     )
 
 

@@ -12,8 +12,15 @@ import pytest
 def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Drop FABRIC_CORE_* and rank variables a developer's shell may carry; restore global torch state."""
     for name in list(os.environ):
-        if name.startswith("FABRIC_CORE_") or name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK",
-                                                         "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID"):
+        if name.startswith("FABRIC_CORE_") or name in (
+            "LOCAL_RANK",
+            "RANK",
+            "WORLD_SIZE",
+            "NODE_RANK",
+            "SLURM_NTASKS",
+            "TORCHELASTIC_RUN_ID",
+            "LSB_JOBID",
+        ):
             monkeypatch.delenv(name, raising=False)
     import torch
 
@@ -22,4 +29,4 @@ def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     torch.set_default_dtype(dtype)
     from fabric_core.utilities.rank_zero import rank_zero_only
 
-    rank_zero_only.rank = 0
+    rank_zero_only.reset()

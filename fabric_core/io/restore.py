@@ -40,9 +40,7 @@ def restore_state(
         value = remainder.pop(key)
         if isinstance(obj, Module):
             strategy.load_module_state_dict(obj, value, strict=strict)
-        elif isinstance(obj, Optimizer):
-            obj.load_state_dict(value)
-        elif isinstance(obj, Stateful):
+        elif isinstance(obj, (Optimizer, Stateful)):
             obj.load_state_dict(value)
         else:
             state[key] = value

@@ -1,0 +1,173 @@
+"""Checkpoints as single files written by ``torch.save``: atomic on save, safe by default on load."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+
+from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io.atomic import atomic_write
+from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
+
+__all__ = ["TorchCheckpointIO", "atomic_write"]
+
+# The checkpoint format torch wrote before 1.6 starts with this pickled constant instead of a zip archive.
+_LEGACY_MAGIC: Final = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[2:-1]
+# Messages of torch's weights-only unpickler that mean "a well-formed object it will not build", as opposed
+# to bytes it cannot parse.
+_REFUSED: Final = re.compile(r"GLOBAL|allowlist|Can only|must be imported")
+# RuntimeErrors of torch.load that mean a damaged file (others, e.g. a CUDA map_location on a machine
+# without CUDA, are passed on as they are).
+_DAMAGED: Final = re.compile(
+    r"PytorchStreamReader|inline_container|hasRecord|zip archive|magic number|corrupt|crc", re.IGNORECASE
+)
+_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _local_path(path: PathLike, method: str) -> Path:
+    text = os.fspath(path)
+    if _URL.match(text):
+        raise InvalidConfigError(
+            f"`TorchCheckpointIO.{method}({text!r})`: remote URLs are not supported; pass a local path "
+            "(or a mounted filesystem), or a CheckpointIO plugin that speaks this protocol.",
+            argument="path",
+            value=text,
+        )
+    return Path(text)
+
+
+def _looks_like_checkpoint(path: Path) -> bool:
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
+                return any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return False
+    with open(path, "rb") as file:
+        # Room for the protocol header and a FRAME opcode when a newer pickle protocol was used.
+        return _LEGACY_MAGIC in file.read(32)
+
+
+def _corrupt(path: Path, detail: str) -> CheckpointError:
+    return CheckpointError(
+        f"Checkpoint file {os.fspath(path)!r} is truncated or is not a PyTorch checkpoint ({detail}). "
+        "If it was being written when the writer stopped, use the previous checkpoint.",
+        path=os.fspath(path),
+        reason="corrupt",
+    )
+
+
+def _refused(path: Path, detail: str) -> CheckpointError:
+    found = re.search(r"GLOBAL ([\w.]+)", detail)
+    what = f" such as `{found.group(1)}`" if found else ""
+    return CheckpointError(
+        f"Checkpoint file {os.fspath(path)!r} holds Python objects{what} that are not tensors or plain "
+        "containers; building them could run code stored in the file, so loading was refused "
+        "(`weights_only=True` is the default). Only if you trust the source of this file, load it with "
+        "`weights_only=False` (e.g. `fabric.load(path, weights_only=False)`), or allow the classes with "
+        f"`torch.serialization.add_safe_globals([...])`. Detail: {detail}",
+        path=os.fspath(path),
+        reason="unsafe",
+    )
+
+
+class TorchCheckpointIO(CheckpointIO):
+    """Saves with ``torch.save`` through :func:`atomic_write` and loads with ``torch.load``."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
+        """Write ``checkpoint`` to ``path`` atomically.
+
+        The data goes to a temp file in the same folder, which is fsynced and renamed onto ``path``; if
+        anything fails part-way the temp file is removed and an existing file at ``path`` is untouched.
+
+        Args:
+            checkpoint: What to save (tensors, state dicts, plain Python values).
+            path: The file to write; missing parent folders are created.
+            storage_options: Not supported; must be ``None``.
+
+        Raises:
+            TypeError: ``storage_options`` was given.
+            InvalidConfigError: ``path`` is a remote URL.
+        """
+        if storage_options is not None:
+            raise TypeError(
+                f"`{type(self).__name__}.save_checkpoint(..., storage_options={storage_options!r})`: "
+                "`storage_options` is not supported by this CheckpointIO. Pass `storage_options=None`, or "
+                "use a CheckpointIO plugin that takes options."
+            )
+        target = _local_path(path, "save_checkpoint")
+        with atomic_write(target) as file:
+            # Straight into the open file: no second in-memory copy of the serialised checkpoint.
+            torch.save(checkpoint, file)
+
+    def load_checkpoint(
+        self, path: PathLike, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Read a checkpoint written by :meth:`save_checkpoint` (or by ``torch.save``).
+
+        Args:
+            path: The checkpoint file.
+            map_location: Where to put the tensors (see ``torch.load``); ``None`` keeps them on the CPU.
+            weights_only: ``None`` or ``True`` builds only tensors, plain containers and the types torch
+                allows, so an untrusted file cannot run code; ``False`` unpickles anything (trusted files
+                only).
+
+        Returns:
+            The saved object.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            CheckpointError: The file is truncated or not a checkpoint (``reason="corrupt"``), or it holds
+                objects ``weights_only`` refused (``reason="unsafe"``).
+        """
+        target = _local_path(path, "load_checkpoint")
+        if not target.exists():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        if target.is_dir():
+            raise CheckpointError(
+                f"Checkpoint path {os.fspath(target)!r} is a folder, not a checkpoint file. A sharded "
+                "checkpoint is loaded by the strategy that wrote it (e.g. `fabric.load` with that strategy).",
+                path=os.fspath(target),
+                reason="corrupt",
+            )
+        if not _looks_like_checkpoint(target):
+            raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
+        safe = True if weights_only is None else weights_only
+        try:
+            loaded: dict[str, Any] = torch.load(
+                target, map_location="cpu" if map_location is None else map_location, weights_only=safe
+            )
+        except pickle.UnpicklingError as err:
+            # torch wraps the unpickler's own one-line reason in a long advice text; keep the reason.
+            inner = err.__cause__ or err.__context__
+            detail = str(inner if isinstance(inner, pickle.UnpicklingError) else err).strip()
+            if safe and _REFUSED.search(detail):
+                raise _refused(target, detail) from err
+            raise _corrupt(target, detail) from err
+        except (EOFError, KeyError, zipfile.BadZipFile) as err:
+            raise _corrupt(target, f"{type(err).__name__}: {err or 'unexpected end of data'}") from err
+        except RuntimeError as err:
+            if _DAMAGED.search(str(err)):
+                raise _corrupt(target, str(err).split(". ")[0].strip()) from err
+            raise
+        return loaded
+
+    def remove_checkpoint(self, path: PathLike) -> None:
+        """Delete the checkpoint file or folder at ``path``; a missing path is not an error.
+
+        Args:
+            path: The file or folder to delete.
+        """
+        target = _local_path(path, "remove_checkpoint")
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)

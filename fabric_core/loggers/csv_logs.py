@@ -1,0 +1,201 @@
+"""A logger that writes metrics to a CSV file and needs nothing beyond the standard library."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.io.atomic import atomic_write
+from fabric_core.loggers.logger import Logger
+from fabric_core.utilities.rank_zero import rank_zero_only, rank_zero_warn
+
+__all__ = ["CSVLogger"]
+
+METRICS_FILE: Final = "metrics.csv"
+STEP_KEY: Final = "step"
+PREFIX_SEPARATOR: Final = "-"
+
+
+def _scalar(value: Any) -> Any:
+    # Tensors and numpy scalars both expose `.item()`; duck typing keeps torch out of this module.
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def _next_version(versions_root: Path) -> int:
+    if not versions_root.is_dir():
+        return 0
+    found = [
+        int(entry.name[len("version_") :])
+        for entry in versions_root.iterdir()
+        if entry.is_dir() and entry.name.startswith("version_") and entry.name[len("version_") :].isdigit()
+    ]
+    return max(found) + 1 if found else 0
+
+
+class CSVLogger(Logger):
+    """Write metrics to ``<root_dir>/<name>/version_<N>/metrics.csv``, one row per ``log_metrics`` call.
+
+    Rows are buffered and appended every ``flush_logs_every_n_steps`` steps, on :meth:`save` and in
+    :meth:`finalize`. The header is the sorted union of every metric name seen and ``step``; when a new name
+    appears the file is rewritten (atomically) with the wider header. Only global rank 0 writes.
+
+    Args:
+        root_dir: Folder holding every experiment.
+        name: Experiment name, a subfolder of ``root_dir`` (empty for none).
+        version: ``None`` takes the next free ``version_<N>``; an int selects ``version_<int>``; a string is
+            used as the folder name as it is.
+        prefix: Prepended to every metric name, joined with ``"-"``.
+        flush_logs_every_n_steps: How many steps to buffer between writes.
+
+    Raises:
+        InvalidConfigError: ``flush_logs_every_n_steps`` is not a positive integer.
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        if (
+            isinstance(flush_logs_every_n_steps, bool)
+            or not isinstance(flush_logs_every_n_steps, int)
+            or flush_logs_every_n_steps < 1
+        ):
+            raise InvalidConfigError(
+                f"`CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r})` is not valid: "
+                "expected an integer >= 1.",
+                argument="flush_logs_every_n_steps",
+                value=flush_logs_every_n_steps,
+            )
+        self._root_dir = os.fspath(root_dir)
+        self._name = name or ""
+        self._version = version
+        self._prefix = prefix
+        self._flush_every = flush_logs_every_n_steps
+        self._rows: list[dict[str, Any]] = []  # logged, not yet written
+        self._columns: list[str] = []  # the header of the file on disk
+        self._rows_logged = 0
+        self._started = False
+
+    @property
+    def name(self) -> str:
+        """The experiment name."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The experiment version: the one given, else the next free ``version_<N>`` (decided once)."""
+        if self._version is None:
+            self._version = _next_version(Path(self._root_dir, self._name))
+        return self._version
+
+    @property
+    def root_dir(self) -> str:
+        """Folder holding every version of the experiment (``root_dir/name``'s parent)."""
+        return self._root_dir
+
+    @property
+    def log_dir(self) -> str:
+        """Folder this version writes to: ``root_dir/name/version_<N>`` (or the version string)."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return os.path.join(self._root_dir, self._name, folder)
+
+    @property
+    def metrics_file_path(self) -> str:
+        """The CSV file this logger writes."""
+        return os.path.join(self.log_dir, METRICS_FILE)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Mapping[str, Any] | Any, *args: Any, **kwargs: Any) -> None:
+        """Not supported by this logger.
+
+        Raises:
+            NotImplementedError: Always (on rank 0).
+        """
+        raise NotImplementedError("The `CSVLogger` does not yet support logging hyperparameters.")
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Buffer one row of metrics; write the buffer every ``flush_logs_every_n_steps`` steps.
+
+        Args:
+            metrics: Metric names and scalar values (numbers, or one-element tensors / numpy scalars).
+            step: The step of this row; ``None`` uses the number of rows logged so far.
+        """
+        if step is None:
+            step = self._rows_logged
+        row = {self._prefixed(key): _scalar(value) for key, value in metrics.items()}
+        row[STEP_KEY] = step
+        self._rows.append(row)
+        self._rows_logged += 1
+        if (step + 1) % self._flush_every == 0:
+            self.save()
+
+    @rank_zero_only
+    def save(self) -> None:
+        """Write the buffered rows to the CSV file."""
+        if not self._rows:
+            return
+        self._start()
+        path = Path(self.metrics_file_path)
+        seen = set(self._columns)
+        new_columns = {key for row in self._rows for key in row} - seen
+        if new_columns or not path.exists():
+            self._rewrite(path, sorted(seen | new_columns))
+        else:
+            with open(path, "a", newline="", encoding="utf-8") as file:
+                writer = csv.DictWriter(file, fieldnames=self._columns, restval="")
+                writer.writerows(self._rows)
+        self._rows = []
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Write what is still buffered at the end of the run.
+
+        Args:
+            status: How the run ended (``"success"``, ``"failed"``, ...); not recorded.
+        """
+        self.save()
+
+    def _prefixed(self, key: str) -> str:
+        return f"{self._prefix}{PREFIX_SEPARATOR}{key}" if self._prefix else key
+
+    def _start(self) -> None:
+        # Deferred to the first write so that ranks other than 0, and runs that log nothing, touch no files.
+        if self._started:
+            return
+        log_dir = Path(self.log_dir)
+        if log_dir.is_dir() and any(log_dir.iterdir()):
+            rank_zero_warn(
+                f"The log folder {os.fspath(log_dir)!r} already exists and is not empty; its {METRICS_FILE} "
+                "will be replaced by this run's metrics. Pass a new `version=` (or none) to keep them apart.",
+            )
+        log_dir.mkdir(parents=True, exist_ok=True)
+        Path(log_dir, METRICS_FILE).unlink(missing_ok=True)
+        self._started = True
+
+    def _rewrite(self, path: Path, columns: list[str]) -> None:
+        old_rows: list[dict[str, str]] = []
+        if path.exists():
+            with open(path, newline="", encoding="utf-8") as file:
+                old_rows = list(csv.DictReader(file))
+        with atomic_write(path) as raw:
+            file = io.TextIOWrapper(raw, newline="", encoding="utf-8")
+            writer = csv.DictWriter(file, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(old_rows)
+            writer.writerows(self._rows)
+            # Flush the text layer and let go of the raw file: atomic_write fsyncs, closes and renames it.
+            file.flush()
+            file.detach()
+        self._columns = columns
