@@ -86,6 +86,15 @@ def fabric_core_register_loggers(registry: Registry) -> None:
     )
 
 
+@hookimpl
+def fabric_core_register_callbacks(registry: Registry) -> None:
+    registry.add(
+        "throughput",
+        "fabric_core.callbacks.throughput:ThroughputMonitor",
+        description="Logs optimizer steps (and samples) per second every N steps.",
+    )
+
+
 @hookimpl(trylast=True)
 def fabric_core_select_accelerator(requested: str, context: SelectionContext) -> str | None:
     if requested != "auto":
@@ -119,8 +128,8 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
 def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | None:
     if requested == "16-mixed" and context.device_type == "cpu":
         warnings.warn(
-            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but fp16 autocast is not supported on CPU. "
-            "Using `precision='bf16-mixed'` instead.",
+            "You passed `Fabric(accelerator='cpu', precision='16-mixed')`: fp16 autocast on CPU is slow and needs no "
+            "gradient scaler, so `precision='bf16-mixed'` is used instead (as in Lightning Fabric).",
             FabricCoreWarning,
             stacklevel=2,
         )

@@ -199,7 +199,7 @@ BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"plugins": ["64-true"], "precision": "32-true"}, InvalidConfigError, r"Received both"),
     ({"loggers": "tensorbaord"}, UnknownNameError, r"Did you mean 'tensorboard'"),
     ({"loggers": ["csv", None]}, InvalidConfigError, r"contains None"),
-    ({"callbacks": "throughputt"}, UnknownNameError, r"callback 'throughputt'"),
+    ({"callbacks": "throughputt"}, UnknownNameError, r"callback 'throughputt'.*Did you mean 'throughput'"),
 ]
 
 

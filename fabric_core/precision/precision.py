@@ -54,7 +54,7 @@ class Precision:
         return data
 
     def pre_backward(self, tensor: Tensor, module: Module | None) -> Tensor:
-        """Run before backward; returns the tensor to call backward on (scaled for fp16)."""
+        """Run before backward; returns the tensor to call :meth:`backward` on."""
         return tensor
 
     def backward(self, tensor: Tensor, model: Module | None, *args: Any, **kwargs: Any) -> None:

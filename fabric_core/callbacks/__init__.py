@@ -1,0 +1,9 @@
+"""Callbacks shipped with the core, selectable by name (``Fabric(callbacks=["throughput"])``)."""
+
+from __future__ import annotations
+
+from fabric_core._lazy import class_getattr
+
+__getattr__, __dir__ = class_getattr(
+    __name__, ("callback",), {"ThroughputMonitor": "fabric_core.callbacks.throughput"}
+)

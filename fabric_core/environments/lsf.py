@@ -1,0 +1,131 @@
+"""Processes started by IBM Spectrum LSF's ``jsrun``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Final
+
+from fabric_core.environments._env import check_world_size, read_int
+from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.errors import InvalidConfigError
+
+__all__ = ["LSFEnvironment"]
+
+_REQUIRED: Final = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
+_PORT_BASE: Final = 15000
+
+
+class LSFEnvironment(ClusterEnvironment):
+    """Reads the topology of a ``jsrun`` job from the ``JSM_NAMESPACE_*`` variables and the rank file.
+
+    The rank file (``LSB_DJOB_RANKFILE``) lists one host per line: first the launch node, which runs no
+    task, then the host of every task in rank order. The rendezvous address is the first compute host;
+    the node rank is the position of this host among the distinct compute hosts. The port is
+    ``MASTER_PORT``, else 15000 plus the last four digits of ``LSB_JOBID``, the same on every task.
+    """
+
+    def __init__(self) -> None:
+        self._hosts: list[str] | None = None
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        """Always True: ``jsrun`` starts one process per device."""
+        return True
+
+    @property
+    def main_address(self) -> str:
+        """``MASTER_ADDR``, else the first compute host of the rank file."""
+        if "MASTER_ADDR" in os.environ:
+            return os.environ["MASTER_ADDR"]
+        return self.compute_hosts()[0]
+
+    @property
+    def main_port(self) -> int:
+        """``MASTER_PORT``, else 15000 + the last four digits of ``LSB_JOBID``."""
+        if "MASTER_PORT" in os.environ:
+            return read_int("MASTER_PORT")
+        return _PORT_BASE + read_int("LSB_JOBID") % 10000
+
+    @staticmethod
+    def detect() -> bool:
+        """Whether this process is a ``jsrun`` task (the LSF job and JSM namespace variables are set)."""
+        return all(name in os.environ for name in _REQUIRED)
+
+    def world_size(self) -> int:
+        """``JSM_NAMESPACE_SIZE``."""
+        return read_int("JSM_NAMESPACE_SIZE")
+
+    def set_world_size(self, size: int) -> None:
+        """Ignored: jsrun's namespace size is authoritative."""
+
+    def global_rank(self) -> int:
+        """``JSM_NAMESPACE_RANK``."""
+        return read_int("JSM_NAMESPACE_RANK")
+
+    def set_global_rank(self, rank: int) -> None:
+        """Ignored: jsrun's namespace rank is authoritative."""
+
+    def local_rank(self) -> int:
+        """``JSM_NAMESPACE_LOCAL_RANK``."""
+        return read_int("JSM_NAMESPACE_LOCAL_RANK")
+
+    def node_rank(self) -> int:
+        """The position of this host among the distinct compute hosts of the rank file.
+
+        Raises:
+            InvalidConfigError: This host is not in the rank file.
+        """
+        nodes = list(dict.fromkeys(self.compute_hosts()))
+        hostname = socket.gethostname()
+        # Rank files may hold short names where gethostname() returns a fully qualified one, or back.
+        for candidate in (hostname, hostname.split(".")[0]):
+            for index, node in enumerate(nodes):
+                if node == candidate or node.split(".")[0] == candidate:
+                    return index
+        raise InvalidConfigError(
+            f"This host {hostname!r} is not among the compute hosts of the LSF rank file "
+            f"{os.environ.get('LSB_DJOB_RANKFILE')!r}: {', '.join(nodes)}.",
+            argument="LSB_DJOB_RANKFILE",
+            value=os.environ.get("LSB_DJOB_RANKFILE"),
+        )
+
+    def compute_hosts(self) -> list[str]:
+        """The host of every task, in rank order, read from the rank file once.
+
+        Raises:
+            InvalidConfigError: ``LSB_DJOB_RANKFILE`` is unset, unreadable, or lists no compute host.
+        """
+        if self._hosts is None:
+            path = os.environ.get("LSB_DJOB_RANKFILE", "")
+            if not path:
+                raise InvalidConfigError(
+                    "LSB_DJOB_RANKFILE is not set or empty; the LSF environment needs jsrun's rank file.",
+                    argument="LSB_DJOB_RANKFILE",
+                )
+            try:
+                with open(path, encoding="utf-8") as file:
+                    lines = [line.strip() for line in file]
+            except OSError as exc:
+                raise InvalidConfigError(
+                    f"Cannot read the LSF rank file LSB_DJOB_RANKFILE={path!r}: {exc}.",
+                    argument="LSB_DJOB_RANKFILE",
+                    value=path,
+                ) from exc
+            hosts = [line for line in lines if line][1:]  # the first line is the launch node
+            if not hosts:
+                raise InvalidConfigError(
+                    f"The LSF rank file {path!r} lists no compute host (only the launch node, or nothing).",
+                    argument="LSB_DJOB_RANKFILE",
+                    value=path,
+                )
+            self._hosts = hosts
+        return self._hosts
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Check that ``devices * num_nodes`` equals ``JSM_NAMESPACE_SIZE``.
+
+        Raises:
+            InvalidConfigError: They differ.
+        """
+        check_world_size("jsrun", self.world_size(), num_devices, num_nodes)

@@ -1,0 +1,220 @@
+"""Processes started by SLURM's ``srun``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+from typing import Final
+
+from fabric_core.environments._env import read_int
+from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.errors import InvalidConfigError
+
+__all__ = ["SLURMEnvironment", "expand_hostlist"]
+
+# Under `salloc` or `srun --pty bash` the user starts processes by hand, so SLURM's task variables
+# describe the allocation, not this process.
+_INTERACTIVE_JOB_NAMES: Final = ("bash", "interactive")
+_GROUP: Final = re.compile(r"(\[[^\[\]]*\])")
+_PORT_BASE: Final = 15000
+_DEFAULT_PORT: Final = 12910
+
+
+class SLURMEnvironment(ClusterEnvironment):
+    """Reads the topology of an ``srun`` job step: one task per device, started by SLURM.
+
+    The rendezvous address is the first host of ``SLURM_NODELIST`` (unless ``MASTER_ADDR`` is set); the
+    port is 15000 plus the last four digits of ``SLURM_JOB_ID`` (unless ``MASTER_PORT`` is set), so every
+    task of a job computes the same one without talking to the others.
+
+    Args:
+        auto_requeue: Whether a trainer built on this should requeue the job when it is signalled.
+        requeue_signal: The signal that asks for a requeue (``SIGUSR1`` by default, where it exists).
+    """
+
+    def __init__(self, auto_requeue: bool = True, requeue_signal: signal.Signals | None = None) -> None:
+        self.auto_requeue = auto_requeue
+        if requeue_signal is None:
+            requeue_signal = getattr(signal, "SIGUSR1", None)  # Windows has no SIGUSR1
+        self.requeue_signal = requeue_signal
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        """Always True: ``srun`` starts one task per device."""
+        return True
+
+    @property
+    def main_address(self) -> str:
+        """``MASTER_ADDR``, else the first host of ``SLURM_NODELIST``, else ``127.0.0.1``."""
+        if "MASTER_ADDR" in os.environ:
+            return os.environ["MASTER_ADDR"]
+        nodelist = os.environ.get("SLURM_NODELIST", "")
+        hosts = expand_hostlist(nodelist)
+        return hosts[0] if hosts else "127.0.0.1"
+
+    @property
+    def main_port(self) -> int:
+        """``MASTER_PORT``, else 15000 + the last four digits of ``SLURM_JOB_ID``, else 12910."""
+        if "MASTER_PORT" in os.environ:
+            return read_int("MASTER_PORT")
+        job_id = self.job_id()
+        if job_id is None:
+            return _DEFAULT_PORT
+        return _PORT_BASE + job_id % 10000
+
+    @staticmethod
+    def detect() -> bool:
+        """Whether this process is an ``srun`` task (``SLURM_NTASKS`` set, and not an interactive job)."""
+        return "SLURM_NTASKS" in os.environ and SLURMEnvironment.job_name() not in _INTERACTIVE_JOB_NAMES
+
+    @staticmethod
+    def job_name() -> str | None:
+        """``SLURM_JOB_NAME``, if set."""
+        return os.environ.get("SLURM_JOB_NAME")
+
+    @staticmethod
+    def job_id() -> int | None:
+        """``SLURM_JOB_ID`` as an int, if set (``None`` in interactive jobs)."""
+        if "SLURM_JOB_ID" not in os.environ or SLURMEnvironment.job_name() in _INTERACTIVE_JOB_NAMES:
+            return None
+        return read_int("SLURM_JOB_ID")
+
+    def world_size(self) -> int:
+        """``SLURM_NTASKS``."""
+        return read_int("SLURM_NTASKS")
+
+    def set_world_size(self, size: int) -> None:
+        """Ignored: SLURM's task count is authoritative (:meth:`validate_settings` checks it)."""
+
+    def global_rank(self) -> int:
+        """``SLURM_PROCID``."""
+        return read_int("SLURM_PROCID")
+
+    def set_global_rank(self, rank: int) -> None:
+        """Ignored: SLURM's task id is authoritative."""
+
+    def local_rank(self) -> int:
+        """``SLURM_LOCALID``."""
+        return read_int("SLURM_LOCALID")
+
+    def node_rank(self) -> int:
+        """``SLURM_NODEID``."""
+        return read_int("SLURM_NODEID")
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Check ``devices`` and ``num_nodes`` against ``--ntasks-per-node`` and ``--nodes``.
+
+        Raises:
+            InvalidConfigError: They differ, or the job used ``--ntasks`` without ``--ntasks-per-node``
+                (SLURM may then place the tasks unevenly, which breaks one-task-per-device).
+        """
+        if self.job_name() in _INTERACTIVE_JOB_NAMES:
+            return
+        per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
+        if per_node is None:
+            ntasks = read_int("SLURM_NTASKS", 1)
+            if ntasks > 1:
+                raise InvalidConfigError(
+                    f"The SLURM job sets `--ntasks={ntasks}` without `--ntasks-per-node`, so SLURM may "
+                    f"place the tasks unevenly. Use `--ntasks-per-node={num_devices}` and "
+                    f"`--nodes={num_nodes}` instead.",
+                    argument="SLURM_NTASKS",
+                    value=ntasks,
+                )
+        # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
+        elif _leading_int(per_node) != num_devices:
+            raise InvalidConfigError(
+                f"`Fabric(devices={num_devices})` does not match the SLURM job's "
+                f"`--ntasks-per-node={per_node}`. Set `devices={_leading_int(per_node)}`, or change the job.",
+                argument="devices",
+                value=num_devices,
+            )
+        nnodes = os.environ.get("SLURM_NNODES")
+        if nnodes is not None and _leading_int(nnodes) != num_nodes:
+            raise InvalidConfigError(
+                f"`Fabric(num_nodes={num_nodes})` does not match the SLURM job's `--nodes={nnodes}`. "
+                f"Set `num_nodes={_leading_int(nnodes)}`, or change the job.",
+                argument="num_nodes",
+                value=num_nodes,
+            )
+
+
+def _leading_int(text: str) -> int | None:
+    match = re.match(r"\s*(\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+def expand_hostlist(nodelist: str) -> list[str]:
+    """Expand a SLURM hostlist into host names, in order.
+
+    Items are separated by commas or whitespace outside brackets; a bracket holds comma-separated numbers
+    and ranges whose zero padding is kept, and several brackets in one item combine:
+    ``"host[5-7,12],gpu[01-02]"`` is ``host5 host6 host7 host12 gpu01 gpu02``.
+
+    Args:
+        nodelist: The value of ``SLURM_NODELIST`` (or ``SLURM_JOB_NODELIST``).
+
+    Returns:
+        The host names; empty for an empty list.
+
+    Raises:
+        InvalidConfigError: The list is malformed (unbalanced brackets, a range that runs backwards).
+    """
+    return [host for item in _split_items(nodelist) for host in _expand_item(item, nodelist)]
+
+
+def _split_items(nodelist: str) -> list[str]:
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in nodelist:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        if depth not in (0, 1):
+            raise _malformed(nodelist, "brackets do not pair up")
+        if depth == 0 and (char == "," or char.isspace()):
+            if current:
+                items.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+    if depth:
+        raise _malformed(nodelist, "a bracket is not closed")
+    if current:
+        items.append("".join(current))
+    return items
+
+
+def _expand_item(item: str, nodelist: str) -> list[str]:
+    # re.split with a capturing group alternates literal text (even indices) and bracket groups (odd).
+    parts = _GROUP.split(item)
+    choices: list[list[str]] = []
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            choices.append([part])
+            continue
+        values: list[str] = []
+        for token in part[1:-1].split(","):
+            start, dash, end = token.strip().partition("-")
+            if not start.isdigit() or (dash and not end.isdigit()):
+                raise _malformed(nodelist, f"{token!r} in {part} is not a number or a range")
+            if not dash:
+                values.append(start)
+                continue
+            if int(end) < int(start):
+                raise _malformed(nodelist, f"the range {token!r} runs backwards")
+            values.extend(str(number).zfill(len(start)) for number in range(int(start), int(end) + 1))
+        choices.append(values)
+    return ["".join(combination) for combination in itertools.product(*choices)]
+
+
+def _malformed(nodelist: str, reason: str) -> InvalidConfigError:
+    return InvalidConfigError(
+        f"Cannot read the SLURM node list {nodelist!r}: {reason}. Expected names like 'node1,node2' or 'node[1-4,7]'.",
+        argument="SLURM_NODELIST",
+        value=nodelist,
+    )

@@ -1,0 +1,117 @@
+"""Automatic mixed precision (``"16-mixed"``, ``"bf16-mixed"``) through ``torch.autocast``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Final
+
+import torch
+from torch import Tensor
+from torch.amp import GradScaler
+from torch.nn import Module
+from torch.optim import LBFGS, Optimizer
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.precision.precision import Precision, convert_floating_tensors
+
+__all__ = ["MixedPrecision"]
+
+_DTYPES: Final[dict[str, torch.dtype]] = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+
+
+class MixedPrecision(Precision):
+    """Parameters stay in float32; the forward runs under ``torch.autocast`` in fp16 or bf16.
+
+    ``"16-mixed"`` scales the loss with a :class:`torch.amp.GradScaler` so that small fp16 gradients do
+    not flush to zero: backward scales the loss, clipping unscales the gradients first, and the optimizer
+    step is skipped when the gradients overflowed. ``"bf16-mixed"`` has fp32's range and needs no scaler.
+
+    Args:
+        precision: ``"16-mixed"`` or ``"bf16-mixed"``.
+        device: The device type autocast runs on (``"cpu"``, ``"cuda"``, ``"mps"``, ...), or a device.
+        scaler: The grad scaler for ``"16-mixed"``; by default a new ``torch.amp.GradScaler(device)``.
+
+    Raises:
+        InvalidConfigError: ``precision`` is not a mixed precision, or a scaler came with ``"bf16-mixed"``.
+    """
+
+    def __init__(self, precision: str, device: str | torch.device, scaler: GradScaler | None = None) -> None:
+        dtype = _DTYPES.get(precision)
+        if dtype is None:
+            raise InvalidConfigError(
+                f"`MixedPrecision(precision={precision!r})` is not supported. "
+                f"Valid choices: {', '.join(repr(name) for name in _DTYPES)}.",
+                argument="precision",
+                value=precision,
+            )
+        if scaler is not None and precision == "bf16-mixed":
+            raise InvalidConfigError(
+                f"`MixedPrecision(precision='bf16-mixed', scaler={scaler!r})`: bf16 needs no loss scaling. "
+                "Pass `scaler=None`, or use `precision='16-mixed'` to train with a scaler.",
+                argument="scaler",
+                value=scaler,
+            )
+        self.precision = precision
+        self.dtype: Final = dtype
+        self.device: Final = device.type if isinstance(device, torch.device) else str(device)
+        if scaler is None and precision == "16-mixed":
+            scaler = GradScaler(self.device)
+        self.scaler: Final = scaler
+        # torch raises if unscale_ runs twice between updates (e.g. clipping by norm, then by value).
+        self._unscaled: set[int] = set()
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to the half dtype on this plugin's device type."""
+        return torch.autocast(self.device, dtype=self.dtype)
+
+    def convert_input(self, data: Any) -> Any:
+        """Cast floating-point input tensors to the half dtype."""
+        return convert_floating_tensors(data, self.dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
+        return convert_floating_tensors(data, torch.get_default_dtype())
+
+    def backward(self, tensor: Tensor, model: Module | None, *args: Any, **kwargs: Any) -> None:
+        """Run backward on the loss, scaled by the grad scaler when there is one.
+
+        Scaling happens here rather than in :meth:`pre_backward` so that a strategy which calls only
+        ``backward`` still scales the loss that ``optimizer_step`` will unscale.
+        """
+        if self.scaler is not None:
+            tensor = self.scaler.scale(tensor)
+        super().backward(tensor, model, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        """Step through the scaler (skipped on overflow) and update the scale.
+
+        Returns:
+            What ``optimizer.step`` returned, or ``None`` when the step was skipped.
+
+        Raises:
+            TypeError: The optimizer is LBFGS, whose closure re-evaluates the loss outside the scaler.
+        """
+        if self.scaler is None:
+            return optimizer.step(**kwargs)
+        if isinstance(optimizer, LBFGS):
+            raise TypeError("AMP and the LBFGS optimizer are not compatible.")
+        output = self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        self._unscaled.clear()
+        return output
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        """Divide the gradients by the loss scale, at most once per optimizer step."""
+        if self.scaler is None or id(optimizer) in self._unscaled:
+            return
+        self.scaler.unscale_(optimizer)
+        self._unscaled.add(id(optimizer))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The grad scaler's state (empty without one)."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the grad scaler's state."""
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state_dict)

@@ -1,0 +1,95 @@
+"""``check_plugin``: the contract every plugin must meet, checked against its installed distribution."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from importlib import metadata
+
+from fabric_core._manager import ENTRY_POINT_GROUP, PluginManager
+from fabric_core._registry import import_target
+
+__all__ = ["check_plugin"]
+
+_HEAVY = ("torch", "deepspeed", "bitsandbytes", "torch_xla", "tensorboard", "tensorboardX")
+_PROBE_IMPORTS = """
+import importlib, json, sys
+importlib.import_module(sys.argv[1])
+heavy = sorted({m.split('.')[0] for m in sys.modules} & set(json.loads(sys.argv[2])))
+print(json.dumps(heavy))
+"""
+
+
+def _registration_module(name: str, group: str) -> str | None:
+    for ep in metadata.entry_points(group=group):
+        if ep.name.lower() == name:
+            return ep.value.partition(":")[0]
+    return None
+
+
+def check_plugin(name: str, *, group: str = ENTRY_POINT_GROUP, import_targets: bool = True) -> list[str]:
+    """Check an installed plugin against the plugin contract.
+
+    The checks: the plugin is installed and loads; its registration module imports no heavy library
+    (torch, deepspeed, bitsandbytes, torch_xla, tensorboard) in a fresh interpreter; it registers at least one
+    component; names are unique within the plugin and lower-case; every entry has a description; every
+    target imports when its requirements are installed; every probe returns a ``bool`` without raising.
+
+    Args:
+        name: The plugin's entry-point name (``"ddp"``).
+        group: The entry-point group.
+        import_targets: Also import every target whose requirements are met (slower).
+
+    Returns:
+        The problems found, one sentence each; an empty list means the plugin passes.
+    """
+    name = name.lower()
+    module = _registration_module(name, group)
+    if module is None:
+        return [f"no entry point named {name!r} in the group {group!r}: is the plugin installed?"]
+    problems: list[str] = []
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE_IMPORTS, module, json.dumps(_HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    if result.returncode != 0:
+        problems.append(f"importing {module} failed: {result.stderr.strip().splitlines()[-1:]}")
+    elif json.loads(result.stdout.strip().splitlines()[-1]):
+        problems.append(f"importing {module} imports {', '.join(json.loads(result.stdout.splitlines()[-1]))}")
+
+    manager = PluginManager(allow=[name], group=group, strict=False, environ={})
+    record = next((r for r in manager.records if r.name == name), None)
+    if record is None or record.status != "loaded":
+        problems.append(f"the plugin does not load: {record.reason if record else 'not found'}")
+        return problems
+    entries = [e for e in manager.catalog.entries() if e.plugin == name]
+    if not entries:
+        problems.append("it registers no component")
+    keys = Counter((e.kind, n) for e in entries for n in (e.name, *e.aliases))
+    problems += [f"the {kind} name {n!r} is registered {c} times" for (kind, n), c in keys.items() if c > 1]
+    for entry in entries:
+        label = f"{entry.kind} {entry.name!r}"
+        if any(n != n.lower() for n in (entry.name, *entry.aliases)):
+            problems.append(f"{label}: names must be lower-case")
+        if not entry.description.strip():
+            problems.append(f"{label}: no description")
+        if entry.probe is not None:
+            try:
+                answer = import_target(entry.probe)()
+            except Exception as exc:
+                problems.append(f"{label}: probe {entry.probe} raised {exc!r}")
+            else:
+                if not isinstance(answer, bool):
+                    problems.append(f"{label}: probe {entry.probe} returned {answer!r}, not a bool")
+        if import_targets and not entry.missing_requirements():
+            try:
+                entry.load()
+            except Exception as exc:
+                problems.append(f"{label}: target {entry.target} does not import: {exc}")
+    return problems

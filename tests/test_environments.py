@@ -1,0 +1,528 @@
+"""The built-in cluster environments: lightning, torchelastic, slurm, lsf, mpi, kubeflow."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fabric_core._registry import import_target
+from fabric_core.environments._env import find_free_network_port
+from fabric_core.environments.kubeflow import KubeflowEnvironment
+from fabric_core.environments.lightning import LightningEnvironment
+from fabric_core.environments.lsf import LSFEnvironment
+from fabric_core.environments.mpi import MPIEnvironment
+from fabric_core.environments.slurm import SLURMEnvironment, expand_hostlist
+from fabric_core.environments.torchelastic import TorchElasticEnvironment
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "STANDALONE_PORT",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "RANK",
+    "TORCHELASTIC_RUN_ID",
+)
+_PREFIXES = ("SLURM_", "LSB_", "JSM_")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start every test from an environment with no scheduler variables, and restore it after."""
+    for name in list(os.environ):
+        if name.startswith(_PREFIXES):
+            monkeypatch.delenv(name)
+    for name in _NAMES:
+        # setenv first so that monkeypatch also removes values the code under test sets (MASTER_PORT).
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+def set_env(monkeypatch: pytest.MonkeyPatch, **values: object) -> None:
+    for name, value in values.items():
+        monkeypatch.setenv(name, str(value))
+
+
+# -- probes ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "fabric_core.environments.lightning:LightningEnvironment.detect",
+        "fabric_core.environments.torchelastic:TorchElasticEnvironment.detect",
+        "fabric_core.environments.slurm:SLURMEnvironment.detect",
+        "fabric_core.environments.lsf:LSFEnvironment.detect",
+        "fabric_core.environments.mpi:MPIEnvironment.detect",
+        "fabric_core.environments.kubeflow:KubeflowEnvironment.detect",
+    ],
+)
+def test_detect_is_usable_as_a_registry_probe(target: str) -> None:
+    assert import_target(target)() is target.endswith("LightningEnvironment.detect")
+
+
+def test_only_lightning_is_detected_in_a_plain_process() -> None:
+    detected = [
+        env.__name__
+        for env in (
+            LightningEnvironment,
+            TorchElasticEnvironment,
+            SLURMEnvironment,
+            LSFEnvironment,
+            MPIEnvironment,
+            KubeflowEnvironment,
+        )
+        if env.detect()
+    ]
+    assert detected == ["LightningEnvironment"]
+
+
+# -- free port ---------------------------------------------------------------------------------------------
+
+
+def test_free_port_can_be_bound() -> None:
+    port = find_free_network_port()
+    assert 1024 <= port < 65536
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_standalone_port_overrides_the_free_port_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, STANDALONE_PORT=23456)
+    assert find_free_network_port() == 23456
+
+
+# -- lightning ---------------------------------------------------------------------------------------------
+
+
+def test_lightning_defaults() -> None:
+    env = LightningEnvironment()
+    assert LightningEnvironment.detect()
+    assert not env.creates_processes_externally
+    assert env.main_address == "127.0.0.1"
+    assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (1, 0, 0, 0)
+
+
+def test_lightning_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, MASTER_ADDR="10.0.0.7", MASTER_PORT=29501, LOCAL_RANK=3, NODE_RANK=2)
+    env = LightningEnvironment()
+    assert env.creates_processes_externally
+    assert (env.main_address, env.main_port, env.local_rank(), env.node_rank()) == ("10.0.0.7", 29501, 3, 2)
+
+
+def test_lightning_node_rank_falls_back_to_group_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, GROUP_RANK=4)
+    assert LightningEnvironment().node_rank() == 4
+    set_env(monkeypatch, NODE_RANK=1)
+    assert LightningEnvironment().node_rank() == 1
+
+
+def test_lightning_world_size_and_rank_are_set_by_the_strategy() -> None:
+    env = LightningEnvironment()
+    env.set_world_size(4)
+    env.set_global_rank(3)
+    assert (env.world_size(), env.global_rank()) == (4, 3)
+
+
+def test_lightning_chooses_a_free_port_once_and_shares_it_through_the_environment() -> None:
+    env = LightningEnvironment()
+    port = env.main_port
+    assert os.environ["MASTER_PORT"] == str(port)
+    assert env.main_port == port
+    assert LightningEnvironment().main_port == port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_lightning_teardown_removes_world_size_and_the_port_it_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, WORLD_SIZE=2)
+    env = LightningEnvironment()
+    _ = env.main_port
+    env.teardown()
+    assert "WORLD_SIZE" not in os.environ
+    assert "MASTER_PORT" not in os.environ
+
+
+def test_lightning_teardown_keeps_a_port_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, MASTER_PORT=29600)
+    env = LightningEnvironment()
+    assert env.main_port == 29600
+    env.teardown()
+    assert os.environ["MASTER_PORT"] == "29600"
+
+
+def test_a_non_integer_variable_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, LOCAL_RANK="one")
+    with pytest.raises(InvalidConfigError, match=r"LOCAL_RANK='one' is not an integer"):
+        LightningEnvironment().local_rank()
+
+
+# -- torchelastic ------------------------------------------------------------------------------------------
+
+
+def test_torchelastic_is_detected_by_its_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not TorchElasticEnvironment.detect()
+    set_env(monkeypatch, TORCHELASTIC_RUN_ID="none")
+    assert TorchElasticEnvironment.detect()
+
+
+def test_torchelastic_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(
+        monkeypatch,
+        MASTER_ADDR="node0",
+        MASTER_PORT=29400,
+        WORLD_SIZE=8,
+        RANK=5,
+        LOCAL_RANK=1,
+        GROUP_RANK=2,
+    )
+    env = TorchElasticEnvironment()
+    assert env.creates_processes_externally
+    assert (env.main_address, env.main_port) == ("node0", 29400)
+    assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (8, 5, 1, 2)
+    env.set_world_size(3)
+    env.set_global_rank(0)
+    assert (env.world_size(), env.global_rank()) == (8, 5)
+
+
+def test_torchelastic_warns_about_a_missing_rendezvous() -> None:
+    env = TorchElasticEnvironment()
+    with pytest.warns(FabricCoreWarning, match="MASTER_ADDR is not set"):
+        assert env.main_address == "127.0.0.1"
+    with pytest.warns(FabricCoreWarning, match="MASTER_PORT is not set"):
+        assert env.main_port == 12910
+
+
+def test_torchelastic_names_a_missing_variable() -> None:
+    with pytest.raises(InvalidConfigError, match="WORLD_SIZE is not set"):
+        TorchElasticEnvironment().world_size()
+
+
+def test_torchelastic_validates_the_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, WORLD_SIZE=4)
+    env = TorchElasticEnvironment()
+    env.validate_settings(num_devices=2, num_nodes=2)
+    with pytest.raises(InvalidConfigError, match=r"devices=2, num_nodes=1.*torchrun started 4"):
+        env.validate_settings(num_devices=2, num_nodes=1)
+
+
+# -- slurm -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("", []),
+        ("node1", ["node1"]),
+        ("127.0.0.1", ["127.0.0.1"]),
+        ("alpha,beta", ["alpha", "beta"]),
+        ("alpha beta", ["alpha", "beta"]),
+        ("host[5-7,12]", ["host5", "host6", "host7", "host12"]),
+        ("host[3]", ["host3"]),
+        ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
+        ("a[1-2],b,c[9]", ["a1", "a2", "b", "c9"]),
+        ("n[1-2]-ib", ["n1-ib", "n2-ib"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("my-host-01,my-host-02", ["my-host-01", "my-host-02"]),
+    ],
+)
+def test_expand_hostlist(nodelist: str, hosts: list[str]) -> None:
+    assert expand_hostlist(nodelist) == hosts
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "reason"),
+    [
+        ("host[1-3", "not closed"),
+        ("host]1[", "do not pair up"),
+        ("host[[1]]", "do not pair up"),
+        ("host[5-2]", "runs backwards"),
+        ("host[a-c]", "not a number or a range"),
+        ("host[1-]", "not a number or a range"),
+    ],
+)
+def test_expand_hostlist_rejects_malformed_lists(nodelist: str, reason: str) -> None:
+    with pytest.raises(InvalidConfigError, match=reason) as info:
+        expand_hostlist(nodelist)
+    assert repr(nodelist) in str(info.value)
+
+
+@pytest.mark.parametrize(("job_name", "detected"), [("train", True), ("bash", False), ("interactive", False)])
+def test_slurm_detection(monkeypatch: pytest.MonkeyPatch, job_name: str, detected: bool) -> None:
+    assert not SLURMEnvironment.detect()
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_JOB_NAME=job_name)
+    assert SLURMEnvironment.detect() is detected
+
+
+def test_slurm_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(
+        monkeypatch,
+        SLURM_NTASKS=8,
+        SLURM_PROCID=6,
+        SLURM_LOCALID=2,
+        SLURM_NODEID=1,
+        SLURM_JOB_ID=1234567,
+        SLURM_JOB_NAME="train",
+        SLURM_NODELIST="gpu[03-04]",
+    )
+    env = SLURMEnvironment()
+    assert env.creates_processes_externally
+    assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (8, 6, 2, 1)
+    assert env.main_address == "gpu03"
+    assert env.main_port == 15000 + 4567
+    assert env.job_id() == 1234567 and env.job_name() == "train"
+    env.set_world_size(2)
+    env.set_global_rank(0)
+    assert (env.world_size(), env.global_rank()) == (8, 6)
+
+
+def test_slurm_rendezvous_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NODELIST="gpu[03-04]", SLURM_JOB_ID=99, MASTER_ADDR="head", MASTER_PORT=31000)
+    env = SLURMEnvironment()
+    assert (env.main_address, env.main_port) == ("head", 31000)
+
+
+def test_slurm_rendezvous_defaults_without_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = SLURMEnvironment()
+    assert (env.main_address, env.main_port) == ("127.0.0.1", 12910)
+    set_env(monkeypatch, SLURM_JOB_ID=12345, SLURM_JOB_NAME="bash")
+    assert env.main_port == 12910
+
+
+def test_slurm_requeue_options() -> None:
+    assert SLURMEnvironment().requeue_signal == getattr(signal, "SIGUSR1", None)
+    env = SLURMEnvironment(auto_requeue=False, requeue_signal=signal.SIGTERM)
+    assert (env.auto_requeue, env.requeue_signal) == (False, signal.SIGTERM)
+
+
+def test_slurm_validation_accepts_a_matching_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NNODES=2, SLURM_JOB_NAME="train")
+    SLURMEnvironment().validate_settings(num_devices=2, num_nodes=2)
+    set_env(monkeypatch, SLURM_NTASKS_PER_NODE="2(x2)")
+    SLURMEnvironment().validate_settings(num_devices=2, num_nodes=2)
+
+
+def test_slurm_validation_rejects_other_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NNODES=2, SLURM_JOB_NAME="train")
+    with pytest.raises(InvalidConfigError, match=r"devices=4.*--ntasks-per-node=2.*Set `devices=2`"):
+        SLURMEnvironment().validate_settings(num_devices=4, num_nodes=2)
+
+
+def test_slurm_validation_rejects_other_num_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NNODES=2, SLURM_JOB_NAME="train")
+    with pytest.raises(InvalidConfigError, match=r"num_nodes=1.*--nodes=2.*Set `num_nodes=2`"):
+        SLURMEnvironment().validate_settings(num_devices=2, num_nodes=1)
+
+
+def test_slurm_validation_rejects_ntasks_without_ntasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_JOB_NAME="train")
+    with pytest.raises(InvalidConfigError, match=r"--ntasks=4.*--ntasks-per-node=2"):
+        SLURMEnvironment().validate_settings(num_devices=2, num_nodes=2)
+
+
+def test_slurm_validation_skips_interactive_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=4, SLURM_NNODES=1, SLURM_JOB_NAME="bash")
+    SLURMEnvironment().validate_settings(num_devices=1, num_nodes=1)
+
+
+# -- lsf ---------------------------------------------------------------------------------------------------
+
+
+def lsf_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hosts: list[str]) -> None:
+    rankfile = tmp_path / "rankfile"
+    rankfile.write_text("\n".join(["launch-node", *hosts, ""]))
+    set_env(
+        monkeypatch,
+        LSB_JOBID=4242,
+        LSB_DJOB_RANKFILE=rankfile,
+        JSM_NAMESPACE_SIZE=len(hosts),
+        JSM_NAMESPACE_RANK=2,
+        JSM_NAMESPACE_LOCAL_RANK=0,
+    )
+
+
+def test_lsf_is_detected_only_with_every_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert not LSFEnvironment.detect()
+    lsf_job(monkeypatch, tmp_path, ["a", "b"])
+    assert LSFEnvironment.detect()
+    monkeypatch.delenv("JSM_NAMESPACE_SIZE")
+    assert not LSFEnvironment.detect()
+
+
+def test_lsf_reads_the_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    me = socket.gethostname()
+    lsf_job(monkeypatch, tmp_path, ["other", "other", me, me])
+    env = LSFEnvironment()
+    assert env.creates_processes_externally
+    assert env.compute_hosts() == ["other", "other", me, me]
+    assert env.main_address == "other"
+    assert env.main_port == 15000 + 4242
+    assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (4, 2, 0, 1)
+    env.validate_settings(num_devices=2, num_nodes=2)
+    with pytest.raises(InvalidConfigError, match="jsrun started 4"):
+        env.validate_settings(num_devices=1, num_nodes=2)
+
+
+def test_lsf_matches_short_and_qualified_host_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lsf_job(monkeypatch, tmp_path, ["other", f"{socket.gethostname()}.cluster.example"])
+    assert LSFEnvironment().node_rank() == 1
+
+
+def test_lsf_rendezvous_can_be_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lsf_job(monkeypatch, tmp_path, ["a"])
+    set_env(monkeypatch, MASTER_ADDR="head", MASTER_PORT=30000)
+    env = LSFEnvironment()
+    assert (env.main_address, env.main_port) == ("head", 30000)
+
+
+def test_lsf_names_a_host_missing_from_the_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lsf_job(monkeypatch, tmp_path, ["elsewhere-1", "elsewhere-2"])
+    with pytest.raises(InvalidConfigError, match=r"not among the compute hosts.*elsewhere-1, elsewhere-2"):
+        LSFEnvironment().node_rank()
+
+
+def test_lsf_rejects_a_rank_file_without_compute_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lsf_job(monkeypatch, tmp_path, [])
+    with pytest.raises(InvalidConfigError, match="lists no compute host"):
+        _ = LSFEnvironment().main_address
+
+
+def test_lsf_rejects_a_missing_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    set_env(monkeypatch, LSB_DJOB_RANKFILE=tmp_path / "absent")
+    with pytest.raises(InvalidConfigError, match="Cannot read the LSF rank file"):
+        _ = LSFEnvironment().main_address
+
+
+# -- kubeflow ----------------------------------------------------------------------------------------------
+
+
+def test_kubeflow_is_never_detected_but_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, MASTER_ADDR="master-0", MASTER_PORT=23456, WORLD_SIZE=3, RANK=2)
+    assert not KubeflowEnvironment.detect()
+    env = KubeflowEnvironment()
+    assert env.creates_processes_externally
+    assert (env.main_address, env.main_port) == ("master-0", 23456)
+    assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (3, 2, 0, 2)
+
+
+def test_kubeflow_names_a_missing_variable() -> None:
+    with pytest.raises(InvalidConfigError, match="MASTER_ADDR is not set"):
+        _ = KubeflowEnvironment().main_address
+
+
+# -- mpi ---------------------------------------------------------------------------------------------------
+
+_FAKE_MPI = '''
+"""A stand-in for mpi4py.MPI (this machine has no MPI): one rank of a job described by FAKE_MPI_*."""
+import json, os
+
+
+class _Comm:
+    def Get_size(self):
+        if os.environ.get("FAKE_MPI_BROKEN"):
+            raise RuntimeError("MPI_Init failed")
+        return int(os.environ["FAKE_MPI_SIZE"])
+
+    def Get_rank(self):
+        return int(os.environ["FAKE_MPI_RANK"])
+
+    def allgather(self, value):
+        return [value if host == "{self}" else host for host in os.environ["FAKE_MPI_HOSTS"].split(",")]
+
+    def bcast(self, value, root=0):
+        return value if self.Get_rank() == root else tuple(json.loads(os.environ["FAKE_MPI_ROOT_VALUE"]))
+
+
+COMM_WORLD = _Comm()
+'''
+
+_REPORT = """
+import json
+from fabric_core.environments.mpi import MPIEnvironment
+report = {"detect": MPIEnvironment.detect()}
+if report["detect"]:
+    env = MPIEnvironment()
+    report.update(
+        address=env.main_address, port=env.main_port, world=env.world_size(), rank=env.global_rank(),
+        local=env.local_rank(), node=env.node_rank(), external=env.creates_processes_externally,
+    )
+print(json.dumps(report))
+"""
+
+
+def run_fake_mpi(tmp_path: Path, **variables: str) -> dict[str, object]:
+    package = tmp_path / "mpi4py"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "MPI.py").write_text(textwrap.dedent(_FAKE_MPI))
+    env = {k: v for k, v in os.environ.items() if k not in _NAMES}
+    env.update(variables, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    report: dict[str, object] = json.loads(done.stdout)
+    return report
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is not None, reason="mpi4py is installed here")
+def test_mpi_is_not_detected_and_not_built_without_mpi4py() -> None:
+    assert not MPIEnvironment.detect()
+    with pytest.raises(ModuleNotFoundError, match="pip install mpi4py"):
+        MPIEnvironment()
+
+
+def test_mpi_rank_on_a_second_node_reads_the_topology(tmp_path: Path) -> None:
+    report = run_fake_mpi(
+        tmp_path,
+        FAKE_MPI_SIZE="4",
+        FAKE_MPI_RANK="3",
+        FAKE_MPI_HOSTS="head,head,{self},{self}",
+        FAKE_MPI_ROOT_VALUE='["head", 29777]',
+    )
+    assert report == {
+        "detect": True,
+        "address": "head",
+        "port": 29777,
+        "world": 4,
+        "rank": 3,
+        "local": 1,
+        "node": 1,
+        "external": True,
+    }
+
+
+def test_mpi_rank_zero_offers_its_host_and_a_free_port(tmp_path: Path) -> None:
+    report = run_fake_mpi(tmp_path, FAKE_MPI_SIZE="2", FAKE_MPI_RANK="0", FAKE_MPI_HOSTS="{self},other")
+    assert report["address"] == socket.gethostname()
+    assert isinstance(report["port"], int) and 0 < report["port"] < 65536
+    assert (report["local"], report["node"]) == (0, 0)
+
+
+def test_mpi_rank_zero_honours_master_addr_and_port(tmp_path: Path) -> None:
+    report = run_fake_mpi(
+        tmp_path,
+        FAKE_MPI_SIZE="2",
+        FAKE_MPI_RANK="0",
+        FAKE_MPI_HOSTS="{self},{self}",
+        MASTER_ADDR="10.1.1.1",
+        MASTER_PORT="28000",
+    )
+    assert (report["address"], report["port"]) == ("10.1.1.1", 28000)
+
+
+@pytest.mark.parametrize("variables", [{"FAKE_MPI_SIZE": "1"}, {"FAKE_MPI_BROKEN": "1"}])
+def test_mpi_is_not_detected_for_one_rank_or_a_broken_mpi(tmp_path: Path, variables: dict[str, str]) -> None:
+    assert run_fake_mpi(tmp_path, FAKE_MPI_RANK="0", **variables) == {"detect": False}
