@@ -74,7 +74,7 @@ def apply_to_collection(
         items = [(k, v) for k, v in items if include_none or v is not None]
         if isinstance(data, defaultdict):
             return type(data)(data.default_factory, OrderedDict(items))
-        return type(data)(items)
+        return type(data)(items)  # type: ignore[call-arg]  # Mapping subclasses take (key, value) pairs
     if _is_namedtuple(data):
         return type(data)(*(recurse(v) for v in data))
     if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
@@ -131,9 +131,7 @@ def convert_to_tensors(data: Any, device: torch.device | str) -> Any:
     except ImportError:  # pragma: no cover - numpy is optional
         number_types = (int, float)
 
-    data = apply_to_collection(
-        data, number_types, lambda x: torch.tensor(x, device=device), wrong_dtype=(bool,)
-    )
+    data = apply_to_collection(data, number_types, lambda x: torch.tensor(x, device=device), wrong_dtype=(bool,))
     return apply_to_collection(data, Tensor, lambda t: t.to(device))
 
 

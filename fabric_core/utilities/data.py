@@ -1,0 +1,275 @@
+"""DataLoader helpers: distributed samplers, and re-creating a loader around a new sampler.
+
+A loader is re-created from its public attributes (``dataset``, ``batch_size``, ``num_workers``, ...);
+``DataLoader.__init__`` is never patched. A subclass whose constructor takes arguments that are not
+attributes of the same name cannot be re-created, and says so.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from collections.abc import Iterator, Sized
+from typing import Any
+
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
+
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.utilities.seed import recorded_seed
+
+__all__ = [
+    "DistributedSamplerWrapper",
+    "distributed_sampler_for",
+    "has_iterable_dataset",
+    "has_len",
+    "replace_sampler",
+    "requires_distributed_sampler",
+    "suggested_max_num_workers",
+]
+
+# Arguments that describe how batches are drawn; ``replace_sampler`` decides them, never the old loader.
+_SAMPLING_ARGUMENTS = frozenset({"sampler", "batch_sampler", "shuffle", "batch_size", "drop_last"})
+
+
+class _SamplerIndices(Dataset[Any]):
+    """The indices one pass of a sampler yields, as a dataset a ``DistributedSampler`` can split."""
+
+    def __init__(self, sampler: Sampler[Any]) -> None:
+        self.sampler = sampler
+        self._indices: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+    def __getitem__(self, position: int) -> Any:
+        if self._indices is None:
+            self._indices = list(self.sampler)
+        return self._indices[position]
+
+    def redraw(self) -> None:
+        """Forget the drawn indices: the next pass asks the sampler again (a new shuffle, say)."""
+        self._indices = None
+
+
+class DistributedSamplerWrapper(DistributedSampler[Any]):
+    """Split the indices of any sized sampler across processes, as ``DistributedSampler`` splits a dataset.
+
+    Each epoch the wrapped sampler is drawn once (the same way on every rank, if it is seeded alike), and
+    each rank keeps its share of those indices. ``set_epoch`` reaches the wrapped sampler too.
+
+    Args:
+        sampler: The sampler to split; it must have a length.
+        *args: Passed to ``DistributedSampler`` (``num_replicas``, ``rank``, ``shuffle``, ``seed``,
+            ``drop_last``).
+        **kwargs: Passed to ``DistributedSampler``.
+    """
+
+    def __init__(self, sampler: Sampler[Any], *args: Any, **kwargs: Any) -> None:
+        if not isinstance(sampler, Sized):
+            raise InvalidConfigError(
+                f"`DistributedSamplerWrapper` needs a sampler with a length; {type(sampler).__name__} has none.",
+                argument="sampler",
+                value=sampler,
+            )
+        super().__init__(_SamplerIndices(sampler), *args, **kwargs)
+
+    @property
+    def sampler(self) -> Sampler[Any]:
+        """The wrapped sampler."""
+        indices: _SamplerIndices = self.dataset  # type: ignore[assignment]
+        return indices.sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        indices: _SamplerIndices = self.dataset  # type: ignore[assignment]
+        indices.redraw()
+        return (indices[position] for position in super().__iter__())
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        inner_set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(inner_set_epoch):
+            inner_set_epoch(epoch)
+
+
+def suggested_max_num_workers(local_world_size: int) -> int:
+    """How many DataLoader workers each of ``local_world_size`` processes on this machine can use.
+
+    Leaves one CPU per process for the main loop; counts only the CPUs this process may run on.
+
+    Args:
+        local_world_size: The number of processes on this machine.
+
+    Raises:
+        InvalidConfigError: ``local_world_size`` is less than 1.
+    """
+    if local_world_size < 1:
+        raise InvalidConfigError(
+            f"`local_world_size` should be >= 1, got {local_world_size}.",
+            argument="local_world_size",
+            value=local_world_size,
+        )
+    return max(1, _num_cpus() // local_world_size - 1)
+
+
+def _num_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - macOS and Windows
+
+
+def has_len(dataloader: object) -> bool:
+    """Whether ``len(dataloader)`` works; warns when it is 0.
+
+    Args:
+        dataloader: A DataLoader or any iterable.
+    """
+    try:
+        length = len(dataloader)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        return False
+    if length == 0:
+        warnings.warn(
+            f"`{type(dataloader).__name__}` returned 0 length. Please make sure this was your intention.",
+            FabricCoreWarning,
+            stacklevel=2,
+        )
+    return True
+
+
+def has_iterable_dataset(dataloader: DataLoader[Any]) -> bool:
+    """Whether the loader reads an ``IterableDataset`` (which takes no sampler)."""
+    return isinstance(getattr(dataloader, "dataset", None), IterableDataset)
+
+
+def requires_distributed_sampler(dataloader: DataLoader[Any]) -> bool:
+    """Whether the loader still needs a distributed sampler: it samples a map-style dataset, not yet split."""
+    return (
+        getattr(dataloader, "batch_sampler", None) is not None
+        and not isinstance(_effective_sampler(dataloader), DistributedSampler)
+        and not has_iterable_dataset(dataloader)
+    )
+
+
+def distributed_sampler_for(dataloader: DataLoader[Any], **kwargs: Any) -> DistributedSampler[Any]:
+    """A distributed sampler that keeps the loader's order: shuffled stays shuffled, custom stays custom.
+
+    Args:
+        dataloader: The loader whose sampler is to be split.
+        **kwargs: ``DistributedSampler`` arguments (``num_replicas``, ``rank``, ...). ``shuffle`` defaults
+            to whether the loader shuffles, ``seed`` to the one ``seed_everything`` recorded.
+    """
+    sampler = _effective_sampler(dataloader)
+    kwargs.setdefault("shuffle", isinstance(sampler, RandomSampler))
+    if "seed" not in kwargs:
+        kwargs["seed"] = recorded_seed() or 0
+    if type(sampler) in (RandomSampler, SequentialSampler):
+        return DistributedSampler(dataloader.dataset, **kwargs)
+    return DistributedSamplerWrapper(sampler, **kwargs)
+
+
+def _effective_sampler(dataloader: DataLoader[Any]) -> Any:
+    # With a custom batch sampler, the loader's own ``sampler`` is an unused default: the order comes from
+    # the batch sampler's sampler.
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        inner = getattr(batch_sampler, "sampler", None)
+        if inner is not None:
+            return inner
+    return getattr(dataloader, "sampler", None)
+
+
+def replace_sampler(dataloader: DataLoader[Any], sampler: Sampler[Any], **overrides: Any) -> DataLoader[Any]:
+    """Build a new loader like ``dataloader`` that draws its indices from ``sampler``.
+
+    Every other argument (dataset, batch size, workers, collate function, pinning, timeout, worker init
+    function, generator, prefetching, ...) is read back from the loader's attributes. A loader built on a
+    custom batch sampler gets a new batch sampler of the same class, built as
+    ``cls(sampler, batch_size=..., drop_last=...)``.
+
+    Args:
+        dataloader: The loader to copy; it is left untouched.
+        sampler: The new sampler.
+        **overrides: Constructor arguments to set instead of the loader's (e.g. ``worker_init_fn``).
+
+    Returns:
+        A loader of the same class.
+
+    Raises:
+        InvalidConfigError: The loader reads an ``IterableDataset``, its batch sampler cannot be re-created
+            around ``sampler``, or its class takes a constructor argument it does not keep as an attribute.
+    """
+    loader_cls = type(dataloader)
+    if has_iterable_dataset(dataloader):
+        raise InvalidConfigError(
+            f"Cannot give a sampler to a `{loader_cls.__name__}` over an `IterableDataset` "
+            f"({type(dataloader.dataset).__name__}): it draws its own samples.",
+            argument="dataloader",
+            value=dataloader,
+        )
+    kwargs = _constructor_arguments(dataloader)
+    kwargs.update(_sampling_arguments(dataloader, sampler))
+    kwargs.update(overrides)
+    return loader_cls(**kwargs)
+
+
+def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
+    loader_cls = type(dataloader)
+    parameters = inspect.signature(loader_cls.__init__).parameters
+    names = [n for n, p in list(parameters.items())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        # A subclass that forwards **kwargs to DataLoader: DataLoader's own arguments reach it that way.
+        base = inspect.signature(DataLoader.__init__).parameters
+        names += [n for n in list(base)[1:] if n not in names]
+    kwargs: dict[str, Any] = {}
+    missing = []
+    for name in names:
+        if name in _SAMPLING_ARGUMENTS:
+            continue
+        if hasattr(dataloader, name):
+            kwargs[name] = getattr(dataloader, name)
+        elif parameters.get(name) is not None and parameters[name].default is inspect.Parameter.empty:
+            missing.append(name)
+    if missing:
+        raise InvalidConfigError(
+            f"Cannot re-create `{loader_cls.__name__}` with a new sampler: its constructor requires "
+            f"{', '.join(repr(m) for m in missing)}, which the loader does not keep as attributes of the "
+            "same name. Store each constructor argument as `self.<name>` in its `__init__`, or pass a "
+            "`DataLoader` that already has the sampler you want.",
+            argument="dataloader",
+            value=dataloader,
+        )
+    return kwargs
+
+
+def _sampling_arguments(dataloader: DataLoader[Any], sampler: Sampler[Any]) -> dict[str, Any]:
+    batch_sampler = dataloader.batch_sampler
+    if batch_sampler is None or type(batch_sampler) is BatchSampler:
+        # Automatic batching (or none at all): DataLoader builds the batch sampler around our sampler.
+        return {"sampler": sampler, "batch_size": dataloader.batch_size, "drop_last": dataloader.drop_last}
+    batch_sampler_cls: type[Any] = type(batch_sampler)
+    try:
+        new_batch_sampler = batch_sampler_cls(
+            sampler,
+            batch_size=getattr(batch_sampler, "batch_size"),  # noqa: B009 - raises, like the constructor
+            drop_last=getattr(batch_sampler, "drop_last"),  # noqa: B009
+        )
+    except (AttributeError, TypeError) as error:
+        raise InvalidConfigError(
+            f"Cannot put a new sampler into the batch sampler {batch_sampler_cls.__name__} ({error}). "
+            f"fabric-core re-creates it as `{batch_sampler_cls.__name__}(sampler, batch_size=..., "
+            "drop_last=...)`: subclass `torch.utils.data.BatchSampler` or accept those arguments, or pass "
+            "`use_distributed_sampler=False` and split the data yourself.",
+            argument="dataloader",
+            value=dataloader,
+        ) from error
+    return {"batch_sampler": new_batch_sampler}

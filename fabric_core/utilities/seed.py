@@ -1,0 +1,198 @@
+"""Seeding of every random number generator: the process's, each DataLoader worker's, each rank's.
+
+The seed is kept in the environment (``FABRIC_CORE_GLOBAL_SEED``, mirrored to Lightning's
+``PL_GLOBAL_SEED``) so that processes started later (spawned workers, ``reset_seed``) apply the same one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import struct
+from typing import Any, Final
+
+import torch
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.utilities.rank_zero import rank_prefixed_message, rank_zero_only, rank_zero_warn
+
+__all__ = [
+    "MAX_SEED_VALUE",
+    "MIN_SEED_VALUE",
+    "recorded_seed",
+    "reset_seed",
+    "seed_everything",
+    "seed_workers_enabled",
+    "set_seed",
+    "worker_init_function",
+]
+
+_log = logging.getLogger(__name__)
+
+MIN_SEED_VALUE: Final = 0
+# numpy's legacy global generator takes 32-bit seeds; every generator gets the same one.
+MAX_SEED_VALUE: Final = 2**32 - 1
+
+SEED_ENV: Final = "FABRIC_CORE_GLOBAL_SEED"
+SEED_WORKERS_ENV: Final = "FABRIC_CORE_SEED_WORKERS"
+# Lightning's names, read and written too, so that code and launchers written for Lightning keep working.
+_LIGHTNING_SEED_ENV: Final = "PL_GLOBAL_SEED"
+_LIGHTNING_SEED_WORKERS_ENV: Final = "PL_SEED_WORKERS"
+
+
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
+    """Seed ``random``, ``numpy`` (if installed) and torch on every device, and record the seed.
+
+    Args:
+        seed: The seed. ``None`` reads ``FABRIC_CORE_GLOBAL_SEED`` (then ``PL_GLOBAL_SEED``), else uses 0.
+        workers: Also seed each DataLoader worker distinctly (see :func:`worker_init_function`); Fabric
+            installs that function on the dataloaders it sets up.
+        verbose: Log the seed that was set.
+
+    Returns:
+        The seed that was set.
+
+    Raises:
+        InvalidConfigError: The seed is outside ``[0, 2**32 - 1]``, or the environment holds a non-integer.
+    """
+    if seed is None:
+        seed = recorded_seed()
+        if seed is None:
+            seed = 0
+            rank_zero_warn(f"No seed found, seed set to {seed}", stacklevel=2)
+    elif not isinstance(seed, int):
+        seed = int(seed)
+    _check_bounds(seed)
+    if verbose:
+        _log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))
+    for var in (SEED_ENV, _LIGHTNING_SEED_ENV):
+        os.environ[var] = str(seed)
+    _seed_generators(seed)
+    for var in (SEED_WORKERS_ENV, _LIGHTNING_SEED_WORKERS_ENV):
+        os.environ[var] = str(int(workers))
+    return seed
+
+
+def reset_seed() -> None:
+    """Apply again the seed that :func:`seed_everything` recorded; nothing if none was.
+
+    Used in processes started after seeding (spawned workers), which inherit the environment only.
+    """
+    seed = recorded_seed()
+    if seed is not None:
+        seed_everything(seed, workers=seed_workers_enabled(), verbose=False)
+
+
+def recorded_seed() -> int | None:
+    """The seed in ``FABRIC_CORE_GLOBAL_SEED`` (else ``PL_GLOBAL_SEED``), or ``None`` if neither is set.
+
+    Raises:
+        InvalidConfigError: The variable does not hold an integer.
+    """
+    for name in (SEED_ENV, _LIGHTNING_SEED_ENV):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            return int(value)
+        except ValueError:
+            raise InvalidConfigError(
+                f"The environment variable {name}={value!r} is not a valid seed: it must be an integer "
+                f"from {MIN_SEED_VALUE} to {MAX_SEED_VALUE}.",
+                argument="seed",
+                value=value,
+            ) from None
+    return None
+
+
+def seed_workers_enabled() -> bool:
+    """Whether ``seed_everything(workers=True)`` asked for per-worker seeding."""
+    value = os.environ.get(SEED_WORKERS_ENV, os.environ.get(_LIGHTNING_SEED_WORKERS_ENV, "0"))
+    return value == "1"
+
+
+def worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Give DataLoader worker ``worker_id`` of global rank ``rank`` its own seeds for torch, random, numpy.
+
+    The seeds are a hash of (the loader's base seed, ``rank``, ``worker_id``), so they are deterministic
+    for a seeded run, distinct across ranks and workers, and independent of each other, where torch's
+    default (``base_seed + worker_id``, the same on every rank, and numpy left alone) is not.
+
+    Args:
+        worker_id: The worker's index, as DataLoader passes it.
+        rank: The process's global rank; defaults to the rank known to ``rank_zero_only``.
+    """
+    global_rank = rank_zero_only.rank if rank is None else rank
+    # DataLoader seeds worker ``i`` with ``base_seed + i``; recover the base shared by all workers.
+    base_seed = torch.initial_seed() - worker_id
+    torch_seed, random_seed, numpy_words = _derive_worker_seeds(base_seed, global_rank, worker_id)
+    _log.debug("Seeding worker %d of rank %d from base seed %d", worker_id, global_rank, base_seed)
+    torch.manual_seed(torch_seed)
+    random.seed(random_seed)
+    np = _numpy()
+    if np is not None:
+        np.random.seed(numpy_words)
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+    """Seed ``random``, ``numpy`` (if installed) and torch on every device (Accelerate's helper).
+
+    Unlike :func:`seed_everything`, nothing is recorded in the environment.
+
+    Args:
+        seed: The seed.
+        device_specific: Add the global rank (from ``torch.distributed`` once initialised) to the seed,
+            so that each process draws different numbers.
+        deterministic: Also call ``torch.use_deterministic_algorithms(True)``.
+
+    Raises:
+        InvalidConfigError: The (rank-adjusted) seed is outside ``[0, 2**32 - 1]``.
+    """
+    if device_specific:
+        seed += _process_index()
+    _check_bounds(seed)
+    _seed_generators(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def _check_bounds(seed: int) -> None:
+    if not MIN_SEED_VALUE <= seed <= MAX_SEED_VALUE:
+        raise InvalidConfigError(
+            f"{seed} is not in bounds, numpy accepts from {MIN_SEED_VALUE} to {MAX_SEED_VALUE}",
+            argument="seed",
+            value=seed,
+        )
+
+
+def _seed_generators(seed: int) -> None:
+    random.seed(seed)
+    np = _numpy()
+    if np is not None:
+        np.random.seed(seed)
+    # Seeds the CPU generator and, lazily, every accelerator's (CUDA, MPS, XPU): no device is touched here.
+    torch.manual_seed(seed)
+
+
+def _derive_worker_seeds(base_seed: int, rank: int, worker_id: int) -> tuple[int, int, list[int]]:
+    key = struct.pack("<QQQ", base_seed & 0xFFFF_FFFF_FFFF_FFFF, rank, worker_id)
+    digest = hashlib.blake2b(key, digest_size=32, person=b"fabric-core-wrk").digest()
+    torch_seed, random_seed = struct.unpack_from("<QQ", digest)
+    numpy_words = list(struct.unpack_from("<4I", digest, 16))
+    return torch_seed, random_seed, numpy_words
+
+
+def _process_index() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return 0
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy is optional for the core
+        return None
+    return numpy
