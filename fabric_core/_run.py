@@ -67,11 +67,15 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         name = args.precision.lower()
         if name not in PRECISION_ALIASES and catalog.find("precision", name) is None:
             raise UnknownNameError(
-                "precision", name, catalog.names("precision") + list(PRECISION_ALIASES),
+                "precision",
+                name,
+                catalog.names("precision") + list(PRECISION_ALIASES),
                 argument="fabric-core run --precision ...",
             )
     if not os.path.isfile(args.script):
-        raise InvalidConfigError(f"`fabric-core run {args.script}`: no such file.", argument="script", value=args.script)
+        raise InvalidConfigError(
+            f"`fabric-core run {args.script}`: no such file.", argument="script", value=args.script
+        )
     if args.num_nodes < 1 or not 0 <= args.node_rank < args.num_nodes:
         raise InvalidConfigError(
             f"`--num-nodes {args.num_nodes} --node-rank {args.node_rank}`: need num_nodes >= 1 and "

@@ -186,6 +186,10 @@ class Strategy(ABC):
     def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
         return move_data_to_device(batch, device or self.root_device)
 
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """Adapt a dataloader set up by ``fabric.setup_dataloaders`` (XLA wraps it in a device loader)."""
+        return dataloader
+
     def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Tensors created inside land on this process's device in the precision's dtype."""
         stack = contextlib.ExitStack()
@@ -253,7 +257,7 @@ class Strategy(ABC):
     def broadcast(self, obj: T, src: int = 0) -> T:
         return obj
 
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         return decision
 
     # -- checkpoints -------------------------------------------------------------------------------------
@@ -267,7 +271,9 @@ class Strategy(ABC):
         return optimizer.state_dict()
 
     def state_to_save(
-        self, state: Mapping[str, Any], filter: Mapping[str, Callable[[str, Any], bool]] | None = None  # noqa: A002
+        self,
+        state: Mapping[str, Any],
+        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
     ) -> dict[str, Any]:
         """Turn modules, optimizers and stateful objects in ``state`` into plain state dicts."""
         converted: dict[str, Any] = {}
@@ -290,7 +296,7 @@ class Strategy(ABC):
         path: PathLike,
         state: Mapping[str, Any],
         storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,  # noqa: A002 - Lightning's name
+        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
     ) -> None:
         """Write ``state`` to ``path``: only global rank 0 writes."""
         checkpoint = self.state_to_save(state, filter)

@@ -1,0 +1,228 @@
+"""Argument checks of ``Fabric``'s methods (with Lightning Fabric's messages), and their small helpers.
+
+Everything here runs when something is set up or called rarely (``setup``, ``save``, ``launch``, ``call``),
+never inside a training step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch.nn import Module
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from fabric_core.errors import PossibleUserWarning
+from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, accepted_keywords, unwrap_compiled
+
+__all__ = [
+    "call_with_accepted",
+    "check_clip_arguments",
+    "check_dataloaders",
+    "check_launch",
+    "check_model_and_optimizers",
+    "check_optimizers",
+    "check_save_filter",
+    "check_set_up_module",
+    "infinite_barrier",
+    "warn_if_on_several_devices",
+    "warn_no_backward_sync",
+]
+
+
+def check_model_and_optimizers(module: Module, optimizers: Sequence[Optimizer], method: str) -> None:
+    """Refuse objects that ``fabric.setup`` or ``fabric.setup_module`` (``method``) has wrapped already.
+
+    Raises:
+        ValueError: The module or an optimizer is a wrapper.
+    """
+    if isinstance(module, FabricModule):
+        raise ValueError(f"A model should be passed only once to the `{method}` method.")
+    if any(isinstance(opt, FabricOptimizer) for opt in optimizers):
+        raise ValueError(f"An optimizer should be passed only once to the `{method}` method.")
+
+
+def check_optimizers(strategy: Strategy, optimizers: Sequence[Optimizer]) -> None:
+    """Validate ``fabric.setup_optimizers(*optimizers)``.
+
+    Raises:
+        RuntimeError: The strategy sets up model and optimizers together only, or an optimizer holds
+            parameters on the meta device.
+        ValueError: No optimizer, or one that was set up already.
+    """
+    if strategy.requires_joint_setup:
+        raise RuntimeError(
+            f"The `{type(strategy).__name__}` requires the model and optimizer(s) to be set up jointly"
+            " through `.setup(model, optimizer, ...)`."
+        )
+    if not optimizers:
+        raise ValueError("`setup_optimizers` requires at least one optimizer as input.")
+    if any(isinstance(opt, FabricOptimizer) for opt in optimizers):
+        raise ValueError("An optimizer should be passed only once to the `setup_optimizers` method.")
+    if any(param.is_meta for opt in optimizers for group in opt.param_groups for param in group["params"]):
+        raise RuntimeError(
+            "The optimizer has references to the model's meta-device parameters. Materializing them is"
+            " currently not supported. Create the optimizer after setting up the model, then call"
+            " `fabric.setup_optimizers(optimizer)`."
+        )
+
+
+def check_dataloaders(dataloaders: Sequence[object]) -> None:
+    """Validate ``fabric.setup_dataloaders(*dataloaders)``.
+
+    Raises:
+        ValueError: No dataloader, or one that was set up already.
+        TypeError: Something that is not a ``torch.utils.data.DataLoader``.
+    """
+    if not dataloaders:
+        raise ValueError("`setup_dataloaders` requires at least one dataloader as input.")
+    if any(isinstance(dl, FabricDataLoader) for dl in dataloaders):
+        raise ValueError("A dataloader should be passed only once to the `setup_dataloaders` method.")
+    if any(not isinstance(dl, DataLoader) for dl in dataloaders):
+        raise TypeError("Only PyTorch DataLoader are currently supported in `setup_dataloaders`.")
+
+
+def warn_if_on_several_devices(module: Module) -> None:
+    """Warn when ``fabric.setup(move_to_device=True)`` is about to gather parameters from several devices."""
+    named = iter(module.named_parameters())
+    first = next(named, None)
+    if first is None:
+        return
+    first_name, first_param = first
+    elsewhere = [(name, param.device) for name, param in named if param.device != first_param.device]
+    if elsewhere:
+        rank_zero_warn(
+            f"The model passed to `Fabric.setup()` has {len(elsewhere)} parameters on different devices (for"
+            f" example {elsewhere[0][0]!r} on {elsewhere[0][1]} and {first_name!r} on {first_param.device})."
+            " Since `move_to_device=True`, all parameters will be moved to the new device. If this is not"
+            " desired, set `Fabric.setup(..., move_to_device=False)`.",
+            category=PossibleUserWarning,
+            stacklevel=5,  # the user's `fabric.setup(...)` line
+        )
+
+
+def call_with_accepted(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Call ``fn(*args, **kwargs)`` with only the keyword arguments its signature accepts."""
+    keywords = accepted_keywords(fn)
+    if keywords is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in keywords}
+    return fn(*args, **kwargs)
+
+
+def check_save_filter(filter: object, state: Mapping[str, Any]) -> None:
+    """Validate ``fabric.save(..., filter=...)``.
+
+    Raises:
+        TypeError: ``filter`` is not a dict, or one of its values is not callable.
+        ValueError: ``filter`` has keys that ``state`` does not.
+    """
+    if not isinstance(filter, dict):
+        raise TypeError(f"Filter should be a dictionary, given {filter!r}")
+    if not set(filter).issubset(state):
+        raise ValueError(f"The filter keys {filter.keys() - state} are not present in the state keys {set(state)}.")
+    for key, value in filter.items():
+        if not callable(value):
+            raise TypeError(f"Expected `fabric.save(filter=...)` for key {key!r} to be a callable, given {value!r}")
+
+
+def check_launch(strategy: Strategy, function: object | None, cli: bool) -> None:
+    """Validate ``fabric.launch(function)`` (``function`` is ``None`` when none was given).
+
+    Raises:
+        RuntimeError: The processes were started by ``fabric-core run`` already (``cli``).
+        TypeError: ``function`` is not callable or takes no argument (it receives the ``Fabric``), or none
+            was given but the strategy's launcher needs one.
+    """
+    if cli:
+        raise RuntimeError(
+            "This script was launched through the CLI, and processes have already been created. Calling "
+            " `.launch()` again is not allowed."
+        )
+    if function is None:
+        launcher = strategy.launcher
+        if launcher is not None and launcher.requires_function:
+            raise TypeError(
+                f"To spawn processes with the `{type(strategy).__name__}` strategy, `.launch()` needs to be"
+                " called with a function that contains the code to launch in processes."
+            )
+        return
+    if not callable(function):
+        raise TypeError(
+            f"`Fabric.launch(...)` needs to be a callable, but got {function}."
+            " HINT: do `.launch(your_fn)` instead of `.launch(your_fn())`"
+        )
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to check (some builtins): let the call decide
+        return
+    if not parameters:
+        raise TypeError(
+            f"`Fabric.launch(function={function})` needs to take at least one argument. The launcher will"
+            " pass in the `Fabric` object so you can use it inside the function."
+        )
+
+
+def check_clip_arguments(clip_val: float | None, max_norm: float | None) -> None:
+    """Validate ``fabric.clip_gradients``: exactly one of ``clip_val`` and ``max_norm``.
+
+    Raises:
+        ValueError: Both or neither are set.
+    """
+    if clip_val is not None and max_norm is not None:
+        raise ValueError(
+            "Only one of `clip_val` or `max_norm` can be set as this specifies the underlying clipping algorithm!"
+        )
+    if clip_val is None and max_norm is None:
+        raise ValueError("You have to specify either `clip_val` or `max_norm` to do gradient clipping!")
+
+
+def check_set_up_module(module: object) -> Module:
+    """Return the strategy's module inside a module that ``fabric.setup`` returned (compiled or not).
+
+    Raises:
+        TypeError: ``module`` was not set up (``fabric.no_backward_sync`` needs the strategy's module).
+    """
+    module, _ = unwrap_compiled(module)
+    if not isinstance(module, FabricModule):
+        raise TypeError(
+            "You need to set up the model first before you can call `fabric.no_backward_sync()`:"
+            " `model = fabric.setup(model, ...)`"
+        )
+    forward_module: Module = unwrap_compiled(module._forward_module)[0]
+    return forward_module
+
+
+def warn_no_backward_sync(strategy: Strategy) -> None:
+    """Warn that ``strategy`` cannot skip the gradient synchronisation ``fabric.no_backward_sync`` asks for."""
+    rank_zero_warn(
+        f"The `{type(strategy).__name__}` does not support skipping the gradient synchronization."
+        " Remove `.no_backward_sync()` from your code or choose a different strategy.",
+        category=PossibleUserWarning,
+        stacklevel=3,  # the user's `fabric.no_backward_sync(...)` line
+    )
+
+
+@contextlib.contextmanager
+def infinite_barrier() -> Generator[Callable[[], None], None, None]:
+    """A barrier on its own gloo group that never times out (a rank may download data for hours)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        yield lambda: None
+        return
+    group = dist.new_group(backend="gloo", timeout=timedelta(days=10000))
+
+    def wait() -> None:
+        dist.monitored_barrier(group=group, timeout=timedelta(days=10000), wait_all_ranks=True)
+
+    try:
+        yield wait
+        wait()
+    finally:
+        dist.destroy_process_group(group)

@@ -1,0 +1,635 @@
+"""``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from fabric_core import _fabric_checks as checks
+from fabric_core import wrappers
+from fabric_core._selection import select
+from fabric_core.precision.precision import Precision
+from fabric_core.strategies.single_device import SingleDeviceStrategy
+from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities import data as data_utils
+from fabric_core.utilities._active import set_active_strategy
+from fabric_core.utilities.apply_func import (
+    apply_to_collection,
+    convert_tensors_to_scalars,
+    convert_to_tensors,
+    move_data_to_device,
+)
+from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from fabric_core.utilities.seed import seed_everything as _seed_everything
+from fabric_core.utilities.seed import seed_workers_enabled, worker_init_function
+from fabric_core.wrappers import (
+    FabricDataLoader,
+    FabricModule,
+    FabricOptimizer,
+    overrides,
+    unwrap_compiled,
+    unwrap_objects,
+)
+
+if TYPE_CHECKING:
+    from fabric_core._manager import PluginManager
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.loggers.logger import Logger
+
+__all__ = ["Fabric"]
+
+#: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
+CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
+
+
+def _do_nothing(*_: Any) -> None:
+    pass
+
+
+def _launched_by_cli() -> bool:
+    return os.environ.get(CLI_ENV) == "1"
+
+
+class Fabric:
+    """Scale a PyTorch training loop across devices, strategies and precisions.
+
+    Components are named by strings (or given as instances) and resolved through the plugin catalog:
+    ``Fabric(accelerator="cuda", strategy="ddp", devices=4, precision="bf16-mixed")``.
+
+    Args:
+        accelerator: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"tpu"``, ``"auto"``, ... or an ``Accelerator``.
+        strategy: ``"ddp"``, ``"fsdp"``, ``"deepspeed"``, ``"auto"``, ... a ``fabric_core.spec(...)`` or a
+            ``Strategy``.
+        devices: Devices per node: a count, a list or string of indices, or ``"auto"``.
+        num_nodes: Number of machines.
+        precision: ``"32-true"`` (default), ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``,
+            ``"bf16-true"``, or a name a plugin registers.
+        plugins: Precision, checkpoint I/O and cluster environment instances (or names).
+        callbacks: One object or a list; :meth:`call` runs their methods by name.
+        loggers: One logger or a list; :meth:`log` and :meth:`log_dict` write to all of them.
+        plugin_manager: The plugin manager to resolve names with; the process-wide one by default.
+
+    Raises:
+        UnknownNameError: A name that no installed plugin provides.
+        InvalidConfigError: A value or combination that cannot run.
+        TypeError: ``run`` is overridden and the script was started by ``fabric-core run``.
+    """
+
+    def __init__(
+        self,
+        *,
+        accelerator: str | Accelerator = "auto",
+        strategy: str | Strategy | Any = "auto",
+        devices: list[int] | str | int = "auto",
+        num_nodes: int = 1,
+        precision: str | int | None = None,
+        plugins: Any = None,
+        callbacks: list[Any] | Any | None = None,
+        loggers: Logger | list[Logger] | None = None,
+        plugin_manager: PluginManager | None = None,
+    ) -> None:
+        components = select(
+            plugin_manager,
+            accelerator=accelerator,
+            strategy=strategy,
+            devices=devices,
+            num_nodes=num_nodes,
+            precision=precision,
+            plugins=plugins,
+            loggers=loggers,
+            callbacks=callbacks,
+        ).build()
+        self._strategy: Strategy = components.strategy
+        self._accelerator: Accelerator = components.accelerator
+        self._precision: Precision = self._strategy.precision
+        self._loggers: list[Logger] = list(components.loggers)
+        self._callbacks: list[Any] = list(components.callbacks)
+        self._launched = False
+        # Decided once: when neither the strategy nor the precision changes backward, it is `loss.backward()`.
+        self._plain_backward = not (
+            overrides(self._strategy, Strategy, "backward")
+            or overrides(self._precision, Precision, "pre_backward", "backward", "post_backward")
+        )
+        set_active_strategy(self._strategy)
+        self._prepare_run_method()
+        if _launched_by_cli():
+            # The processes exist already: join the process group now, so that everything works at once.
+            self._strategy.setup_environment()
+            self._launched = True
+
+    # -- properties ----------------------------------------------------------------------------------------
+    @property
+    def accelerator(self) -> Accelerator:
+        return self._accelerator
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._strategy
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process: create tensors here."""
+        return self._strategy.root_device
+
+    @property
+    def global_rank(self) -> int:
+        """The index of this process across all devices and nodes."""
+        return self._strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """The index of this process among the processes of its node."""
+        return self._strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """The index of this node."""
+        return self._strategy.node_rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes across all devices and nodes (known before ``launch()``)."""
+        return self._strategy.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is the process of global rank 0."""
+        return self._strategy.is_global_zero
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """Every logger given to ``Fabric``."""
+        return self._loggers
+
+    @property
+    def logger(self) -> Logger:
+        """The first logger (``IndexError`` if there is none)."""
+        return self._loggers[0]
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Override to put the training code here; ``fabric.run(...)`` then launches it in every process."""
+
+    # -- setup ---------------------------------------------------------------------------------------------
+    def setup(
+        self,
+        module: Module,
+        *optimizers: Optimizer,
+        scheduler: Any = None,
+        move_to_device: bool = True,
+        _reapply_compile: bool = True,
+    ) -> Any:
+        """Set up a model and its optimizers for the chosen strategy and precision.
+
+        Args:
+            module: The model.
+            *optimizers: Its optimizers (none is fine).
+            scheduler: An LR scheduler, returned as it is (some strategies set it up with the optimizers).
+            move_to_device: Move the model to :attr:`device`.
+            _reapply_compile: Strip ``torch.compile`` for the strategy's wrapping and compile again after.
+
+        Returns:
+            The wrapped model alone without optimizers; else ``(model, *optimizers)``, with the scheduler
+            last when one was given.
+
+        Raises:
+            ValueError: The model or an optimizer was set up already.
+            RuntimeError: ``launch()`` is needed first.
+        """
+        self._validate_launched()
+        checks.check_model_and_optimizers(module, optimizers, "setup")
+        model, wrapped, scheduler = self._wrap(module, optimizers, scheduler, move_to_device, _reapply_compile)
+        self.call("on_after_setup", fabric=self, module=model)
+        if not wrapped:
+            return model
+        return (model, *wrapped, scheduler) if scheduler is not None else (model, *wrapped)
+
+    def setup_module(self, module: Module, move_to_device: bool = True, _reapply_compile: bool = True) -> FabricModule:
+        """Set up a model alone (strategies like FSDP need the model set up before the optimizer exists).
+
+        Raises:
+            ValueError: The model was set up already.
+            RuntimeError: ``launch()`` is needed first.
+        """
+        self._validate_launched()
+        checks.check_model_and_optimizers(module, (), "setup_module")
+        return self._wrap(module, (), None, move_to_device, _reapply_compile)[0]
+
+    def _wrap(
+        self,
+        module: Module,
+        optimizers: tuple[Optimizer, ...],
+        scheduler: Any,
+        move_to_device: bool,
+        reapply_compile: bool,
+    ) -> tuple[FabricModule, list[FabricOptimizer], Any]:
+        module, compiled = unwrap_compiled(module) if reapply_compile else (module, None)
+        original = module
+        module = self._precision.convert_module(module)
+        if move_to_device:
+            self._move_model_to_device(module, optimizers)
+        if optimizers:
+            module, set_up, scheduler = self._strategy.setup_module_and_optimizers(module, list(optimizers), scheduler)
+        else:
+            module, set_up = self._strategy.setup_module(module), []
+        if compiled is not None:
+            module = wrappers.recompile(module, compiled)
+        model = FabricModule(module, self._strategy, original_module=original)
+        wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
+        return model, wrapped, scheduler
+
+    def _move_model_to_device(self, module: Module, optimizers: tuple[Optimizer, ...]) -> None:
+        checks.warn_if_on_several_devices(module)
+        before = list(module.parameters())
+        self.to_device(module)
+        # Some devices (XLA) give moved parameters new identities: point the optimizers at the new ones.
+        moved = {id(old): new for old, new in zip(before, module.parameters(), strict=True) if old is not new}
+        if moved:
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["params"] = [moved.get(id(p), p) for p in group["params"]]
+
+    def setup_optimizers(self, *optimizers: Optimizer) -> FabricOptimizer | tuple[FabricOptimizer, ...]:
+        """Set up optimizers created after :meth:`setup_module`.
+
+        Returns:
+            One wrapped optimizer, or a tuple of them.
+
+        Raises:
+            RuntimeError: The strategy needs model and optimizers together, an optimizer holds parameters
+                on the meta device, or ``launch()`` is needed first.
+            ValueError: No optimizer, or one that was set up already.
+        """
+        self._validate_launched()
+        checks.check_optimizers(self._strategy, optimizers)
+        strategy = self._strategy
+        wrapped = tuple(FabricOptimizer(strategy.setup_optimizer(o), strategy, self._callbacks) for o in optimizers)
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def setup_dataloaders(
+        self, *dataloaders: DataLoader[Any], use_distributed_sampler: bool = True, move_to_device: bool = True
+    ) -> Any:
+        """Set up dataloaders: each process gets its share of the data, and batches land on the device.
+
+        Args:
+            *dataloaders: One or more ``torch.utils.data.DataLoader``.
+            use_distributed_sampler: Split the data across processes with a ``DistributedSampler`` when the
+                strategy runs several (set ``False`` to keep a custom sampler).
+            move_to_device: Move every batch to :attr:`device`.
+
+        Returns:
+            One wrapped dataloader, or a list of them.
+
+        Raises:
+            ValueError: No dataloader, or one that was set up already.
+            TypeError: Something that is not a ``DataLoader``.
+        """
+        self._validate_launched()
+        checks.check_dataloaders(dataloaders)
+        wrapped = [self._setup_dataloader(dl, use_distributed_sampler, move_to_device) for dl in dataloaders]
+        return wrapped[0] if len(wrapped) == 1 else wrapped
+
+    def _setup_dataloader(
+        self, dataloader: DataLoader[Any], use_distributed_sampler: bool, move_to_device: bool
+    ) -> FabricDataLoader:
+        sampler_kwargs = self._strategy.distributed_sampler_kwargs
+        if (
+            use_distributed_sampler
+            and sampler_kwargs is not None
+            and data_utils.requires_distributed_sampler(dataloader)
+        ):
+            sampler = data_utils.distributed_sampler_for(dataloader, **sampler_kwargs)
+            dataloader = data_utils.replace_sampler(dataloader, sampler)
+        if seed_workers_enabled() and dataloader.worker_init_fn is None:
+            dataloader.worker_init_fn = functools.partial(worker_init_function, rank=self.global_rank)
+        dataloader = self._strategy.process_dataloader(dataloader)
+        return FabricDataLoader(dataloader, self.device if move_to_device else None)
+
+    # -- the training step ---------------------------------------------------------------------------------
+    def backward(self, tensor: Tensor, *args: Any, model: FabricModule | Module | None = None, **kwargs: Any) -> None:
+        """Replace ``loss.backward()``: runs what the strategy and precision need (e.g. loss scaling).
+
+        Args:
+            tensor: The loss.
+            *args: Passed to the underlying backward.
+            model: The model the loss came from, for strategies that need it (DeepSpeed with several models).
+            **kwargs: Passed to the underlying backward.
+        """
+        if self._plain_backward:
+            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            return
+        module, _ = unwrap_compiled(model)
+        if isinstance(module, FabricModule):
+            module, _ = unwrap_compiled(module._forward_module)
+        wrappers.backward_state.active = True
+        try:
+            self._strategy.backward(tensor, module, *args, **kwargs)
+        finally:
+            wrappers.backward_state.active = False
+
+    def clip_gradients(
+        self,
+        module: Module,
+        optimizer: Optimizer,
+        clip_val: float | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor | None:
+        """Clip the gradients of the optimizer's parameters by value or by total norm.
+
+        Gradients are unscaled first where the precision scales the loss.
+
+        Returns:
+            The total norm before clipping (a scalar tensor) with ``max_norm``; ``None`` with ``clip_val``.
+
+        Raises:
+            ValueError: Both or neither of ``clip_val`` and ``max_norm`` are set.
+        """
+        checks.check_clip_arguments(clip_val, max_norm)
+        module, optimizer = unwrap_objects(module), unwrap_objects(optimizer)
+        if clip_val is not None:
+            self._strategy.clip_gradients_value(module, optimizer, clip_val=clip_val)
+            return None
+        assert max_norm is not None
+        return self._strategy.clip_gradients_norm(
+            module, optimizer, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
+        )
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The precision's forward context, for operations outside the model's ``forward``."""
+        return self._precision.forward_context()
+
+    def no_backward_sync(self, module: FabricModule, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """Skip the gradient synchronisation of ``module`` (for gradient accumulation).
+
+        Forward and ``fabric.backward`` must both run inside. A no-op on one device; strategies that
+        cannot skip it warn and do nothing.
+
+        Raises:
+            TypeError: ``module`` was not set up by this ``Fabric``.
+        """
+        forward_module = checks.check_set_up_module(module)
+        control = self._strategy.backward_sync_control
+        if control is None:
+            if not isinstance(self._strategy, SingleDeviceStrategy):  # nothing to synchronise on one device
+                checks.warn_no_backward_sync(self._strategy)
+            return contextlib.nullcontext()
+        return control.no_backward_sync(forward_module, enabled)
+
+    # -- devices and initialisation ------------------------------------------------------------------------
+    def to_device(self, obj: Any) -> Any:
+        """Move a module (in place, returned) or a nested collection of tensors to :attr:`device`."""
+        if isinstance(obj, Module):
+            self._accelerator.setup_device(self.device)
+            self._strategy.module_to_device(obj)
+            return obj
+        return move_data_to_device(obj, self.device)
+
+    def init_tensor(self) -> contextlib.AbstractContextManager[Any]:
+        """Tensors created inside are created on :attr:`device` in the precision's dtype."""
+        return self._strategy.tensor_init_context()
+
+    def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Modules created inside get their parameters on :attr:`device`, in the precision's dtype.
+
+        Args:
+            empty_init: Skip the initialisation of parameters (uninitialised memory, no random numbers
+                drawn): for models whose weights are loaded from a checkpoint right after.
+        """
+        self._validate_launched()
+        return self._strategy.module_init_context(empty_init=empty_init)
+
+    def sharded_model(self) -> contextlib.AbstractContextManager[Any]:
+        """Deprecated: use :meth:`init_module`."""
+        rank_zero_deprecation("`Fabric.sharded_model()` is deprecated in favor of `Fabric.init_module()`.")
+        return self.init_module()
+
+    # -- processes and collectives -------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the first process of each node only."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this call."""
+        self._validate_launched()
+        self._strategy.barrier(name=name)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send any picklable object from process ``src`` to all; every process returns it."""
+        self._validate_launched()
+        return self._strategy.broadcast(obj, src=src)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather tensors (numbers become tensors) of every process: shape ``(world_size, *shape)``.
+
+        With one process no dimension is added. Nested collections are gathered element by element.
+        """
+        self._validate_launched()
+        data = convert_to_tensors(data, device=self.device)
+        return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
+
+    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce tensors (numbers become tensors) across processes, in place; nested collections too.
+
+        Args:
+            data: A tensor, a number or a nested collection of them.
+            group: The process group; all processes by default.
+            reduce_op: ``"mean"``, ``"sum"``, ``"max"``, ``"min"``, ... or a ``torch.distributed.ReduceOp``.
+        """
+        self._validate_launched()
+        data = convert_to_tensors(data, device=self.device)
+        return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
+
+    @contextlib.contextmanager
+    def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
+        """Run the block on rank 0 first; the other processes run it once rank 0 is done.
+
+        Args:
+            local: Let local rank 0 of each node go first (for data on disks that nodes do not share).
+        """
+        rank = self.local_rank if local else self.global_rank
+        with checks.infinite_barrier() as wait:
+            if rank > 0:
+                wait()
+            yield
+            if rank == 0:
+                wait()
+
+    def launch(self, function: Callable[..., Any] = _do_nothing, *args: Any, **kwargs: Any) -> Any:
+        """Start the processes of the strategy and set up each one (process group, device).
+
+        Args:
+            function: Run in every process as ``function(fabric, *args, **kwargs)``; spawn- and fork-based
+                strategies need one. Without it, the processes run the rest of the script.
+            *args: Passed to ``function``.
+            **kwargs: Passed to ``function``.
+
+        Returns:
+            What ``function`` returned on rank 0.
+
+        Raises:
+            RuntimeError: The script was started by ``fabric-core run``.
+            TypeError: ``function`` is not callable or takes no argument, or the strategy needs one.
+        """
+        given = function is not _do_nothing
+        checks.check_launch(self._strategy, function if given else None, cli=_launched_by_cli())
+        if not given and self._launched:
+            return None
+        return self._wrap_and_launch(function, self, *args, **kwargs)
+
+    def _prepare_run_method(self) -> None:
+        if type(self).run is not Fabric.run and _launched_by_cli():
+            raise TypeError(
+                "Overriding `Fabric.run()` and launching from the CLI is not allowed. Run the script normally,"
+                " or change your code to directly call `fabric = Fabric(...); fabric.setup(...)` etc."
+            )
+        # `fabric.run(...)` launches the processes, then runs the (overridden) method in each.
+        setattr(self, "run", functools.partial(self._wrap_and_launch, self.run))  # noqa: B010 - shadows a method
+
+    def _wrap_and_launch(self, to_run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._launched = True
+        in_process = functools.partial(self._run_with_setup, to_run)
+        launcher = self._strategy.launcher
+        if launcher is not None:
+            return launcher.launch(in_process, *args, **kwargs)
+        return in_process(*args, **kwargs)
+
+    def _run_with_setup(self, to_run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._strategy.setup_environment()
+        return to_run(*args, **kwargs)
+
+    def _validate_launched(self) -> None:
+        if not self._launched and not self._strategy.single_process:
+            raise RuntimeError(
+                "To use Fabric with more than one device, you must call `.launch()` or use the CLI:"
+                " `fabric-core run --help`."
+            )
+
+    # -- checkpoints ---------------------------------------------------------------------------------------
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        state: dict[str, Any],
+        filter: dict[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Save a checkpoint; call it on every process (the strategy decides which ones write).
+
+        Args:
+            path: Where to write.
+            state: Modules, optimizers and objects with ``state_dict()`` are saved as their state dicts;
+                other values as they are.
+            filter: Per key of ``state``, ``fn(name, value) -> bool`` deciding which entries of that state
+                dict are kept.
+
+        Raises:
+            TypeError: ``filter`` is not a dict of callables.
+            ValueError: ``filter`` names keys that ``state`` lacks.
+        """
+        if filter is not None:
+            checks.check_save_filter(filter, state)
+        self._strategy.save_checkpoint(path=path, state=unwrap_objects(state), filter=filter)
+        self.barrier()
+
+    def load(
+        self,
+        path: str | os.PathLike[str],
+        state: dict[str, Any] | None = None,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Load a checkpoint and restore ``state`` from it, in place; call it on every process.
+
+        Modules, optimizers and stateful objects are restored; plain values are written into ``state``.
+
+        Args:
+            path: The checkpoint.
+            state: What to restore; ``None`` returns the whole checkpoint.
+            strict: Require every key of ``state`` in the checkpoint and exact module keys.
+            weights_only: Passed to ``torch.load`` (``None``: torch's default, which refuses arbitrary
+                Python objects).
+
+        Returns:
+            The checkpoint entries that ``state`` did not ask for.
+
+        Raises:
+            KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
+        """
+        unwrapped = unwrap_objects(state)
+        remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
+        self.barrier()
+        if state is not None:
+            # Plain values were restored into the unwrapped copy; wrappers stay as the user holds them.
+            for key, value in unwrapped.items():
+                if not wrappers.is_wrapped(state[key]):
+                    state[key] = value
+        return remainder
+
+    def load_raw(
+        self,
+        path: str | os.PathLike[str],
+        obj: Module | Optimizer,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> None:
+        """Load a plain ``torch.save(x.state_dict())`` file into a module or optimizer (wrapped or not).
+
+        Args:
+            path: The file.
+            obj: The module or optimizer to restore.
+            strict: Require exact keys (modules only).
+            weights_only: Passed to ``torch.load``.
+        """
+        self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
+
+    # -- callbacks and loggers -----------------------------------------------------------------------------
+    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        """Call ``hook_name`` on every callback that has it.
+
+        Each gets the positional arguments and the keyword arguments its signature accepts (all of them if
+        it takes ``**kwargs``). Callbacks without the method are skipped.
+        """
+        for callback in self._callbacks:
+            method = getattr(callback, hook_name, None)
+            if method is None:
+                continue
+            if not callable(method):
+                rank_zero_warn(
+                    f"Skipping the callback `{type(callback).__name__}.{hook_name}` because it is not callable."
+                )
+                continue
+            checks.call_with_accepted(method, args, kwargs)
+
+    def log(self, name: str, value: Any, step: int | None = None) -> None:
+        """Log one scalar (tensors are converted with ``.item()``) to every logger."""
+        self.log_dict({name: value}, step=step)
+
+    def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log scalars (tensors are converted with ``.item()``) to every logger.
+
+        Raises:
+            ValueError: A tensor has more than one element.
+        """
+        scalars = convert_tensors_to_scalars(metrics)
+        for logger in self._loggers:
+            logger.log_metrics(metrics=scalars, step=step)
+
+    @staticmethod
+    def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
+        """Seed every random number generator; DataLoader workers too unless ``workers=False``.
+
+        Returns:
+            The seed.
+        """
+        return _seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)

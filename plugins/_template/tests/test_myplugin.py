@@ -1,0 +1,34 @@
+"""Tests a copied plugin keeps: selection by name, a real Fabric run, and the plugin contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from fabric_core import Fabric, spec
+from fabric_core._selection import select
+from fabric_core.testing import check_plugin, fake_distribution, make_manager
+from fabric_core_myplugin import _plugin
+
+
+def test_name_resolves_through_an_isolated_manager() -> None:
+    selection = select(make_manager(("myplugin", _plugin)), callbacks=spec("loss_history", every_n_steps=2))
+    choice = selection.callbacks[0]
+    assert choice.entry is not None and choice.entry.plugin == "myplugin"
+    assert choice.options == {"every_n_steps": 2}
+
+
+def test_callback_receives_losses_in_a_real_fabric() -> None:
+    fabric = Fabric(accelerator="cpu", callbacks="loss_history", plugin_manager=make_manager(("myplugin", _plugin)))
+    for step in range(3):
+        fabric.call("on_train_batch_end", loss=torch.tensor(float(step)), step=step)
+    assert fabric._callbacks[0].losses == [0.0, 1.0, 2.0]
+
+
+def test_plugin_meets_the_contract(tmp_path: Path) -> None:
+    group = "fabric_core_template.plugins"
+    with fake_distribution(
+        "fabric-core-myplugin", entry_points={"myplugin": "fabric_core_myplugin._plugin"}, group=group, root=tmp_path
+    ):
+        assert check_plugin("myplugin", group=group) == []

@@ -1,0 +1,198 @@
+"""``fabric.save`` / ``fabric.load`` / ``fabric.load_raw``: real files, real round trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from fabric_core.fabric import Fabric
+from fabric_core.testing import make_manager
+from fabric_core.wrappers import FabricModule, FabricOptimizer
+
+
+def make_fabric(**kwargs: Any) -> Fabric:
+    kwargs.setdefault("accelerator", "cpu")
+    return Fabric(plugin_manager=make_manager(), **kwargs)
+
+
+def trained_objects(fabric: Fabric, seed: int = 0) -> tuple[FabricModule, FabricOptimizer, Any]:
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    sgd = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(sgd, step_size=1, gamma=0.5)
+    model, optimizer, scheduler = fabric.setup(net, sgd, scheduler=scheduler)
+    for _ in range(2):
+        fabric.backward(model(torch.randn(3, 4)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    return model, optimizer, scheduler
+
+
+def assert_same_tensors(left: Any, right: Any) -> None:
+    assert type(left) is type(right)
+    if isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_same_tensors(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_same_tensors(a, b)
+    elif isinstance(left, torch.Tensor):
+        assert torch.equal(left, right)
+    else:
+        assert left == right
+
+
+def test_round_trip_of_model_optimizer_scheduler_and_plain_values(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    model, optimizer, scheduler = trained_objects(fabric, seed=0)
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"model": model, "optimizer": optimizer, "scheduler": scheduler, "step": 2, "tag": "run"})
+    assert path.is_file()
+
+    restored_model, restored_optimizer, restored_scheduler = trained_objects(fabric, seed=1)
+    state = {"model": restored_model, "optimizer": restored_optimizer, "scheduler": restored_scheduler, "step": 0}
+    remainder = fabric.load(path, state)
+
+    assert remainder == {"tag": "run"}
+    assert state["step"] == 2  # plain values are written back into the caller's dict
+    assert state["model"] is restored_model  # wrappers stay what the user holds
+    assert state["optimizer"] is restored_optimizer
+    assert_same_tensors(restored_model.state_dict(), model.state_dict())
+    assert_same_tensors(restored_optimizer.state_dict(), optimizer.state_dict())
+    assert restored_scheduler.state_dict() == scheduler.state_dict()
+    assert restored_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+
+
+def test_saved_keys_have_no_wrapper_prefix(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    model, optimizer, _ = trained_objects(fabric)
+    fabric.save(tmp_path / "c.pt", {"model": model, "optimizer": optimizer})
+    checkpoint = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert list(checkpoint["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert set(checkpoint["optimizer"]) == {"state", "param_groups"}
+
+
+def test_load_without_state_returns_the_whole_checkpoint(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    model, _, _ = trained_objects(fabric)
+    fabric.save(tmp_path / "c.pt", {"model": model, "epoch": 5})
+    checkpoint = fabric.load(tmp_path / "c.pt")
+    assert set(checkpoint) == {"model", "epoch"}
+    assert checkpoint["epoch"] == 5
+    assert_same_tensors(fabric.load(tmp_path / "c.pt", {}), checkpoint)
+
+
+def test_filter_keeps_only_the_selected_entries(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    model, optimizer, _ = trained_objects(fabric)
+    fabric.save(
+        tmp_path / "c.pt",
+        {"model": model, "optimizer": optimizer},
+        filter={"model": lambda name, value: name.endswith("weight")},
+    )
+    checkpoint = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert list(checkpoint["model"]) == ["0.weight", "2.weight"]
+    assert set(checkpoint["optimizer"]) == {"state", "param_groups"}  # unfiltered
+
+
+@pytest.mark.parametrize(
+    ("filter", "error", "message"),
+    [
+        ([("model", print)], TypeError, r"Filter should be a dictionary, given \[\('model'"),
+        ({"other": print}, ValueError, r"The filter keys \{'other'\} are not present in the state keys \{'model'\}."),
+        ({"model": 1}, TypeError, r"Expected `fabric.save\(filter=...\)` for key 'model' to be a callable, given 1"),
+    ],
+)
+def test_filter_errors(tmp_path: Path, filter: Any, error: type[Exception], message: str) -> None:
+    fabric = make_fabric()
+    with pytest.raises(error, match=message):
+        fabric.save(tmp_path / "c.pt", {"model": nn.Linear(2, 2)}, filter=filter)
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_strict_load_refuses_missing_keys(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    fabric.save(tmp_path / "c.pt", {"step": 1})
+    with pytest.raises(
+        KeyError,
+        match=r"The requested state contains a key 'epoch' that does not exist in the loaded checkpoint. "
+        r"To disable strict loading, set `strict=False`.",
+    ):
+        fabric.load(tmp_path / "c.pt", {"step": 0, "epoch": 0})
+    state = {"step": 0, "epoch": 0}
+    assert fabric.load(tmp_path / "c.pt", state, strict=False) == {}
+    assert state == {"step": 1, "epoch": 0}
+
+
+def test_strict_load_refuses_mismatched_module_keys(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    fabric.save(tmp_path / "c.pt", {"model": nn.Linear(2, 2)})
+    other = fabric.setup(nn.Sequential(nn.Linear(2, 2)))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        fabric.load(tmp_path / "c.pt", {"model": other})
+    fabric.load(tmp_path / "c.pt", {"model": other}, strict=False)
+
+
+def test_load_unwrapped_objects(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    source = nn.Linear(2, 2)
+    fabric.save(tmp_path / "c.pt", {"model": source})
+    target = nn.Linear(2, 2)
+    fabric.load(tmp_path / "c.pt", {"model": target})
+    assert torch.equal(target.weight, source.weight)
+
+
+def test_weights_only_is_passed_to_torch_load(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    fabric.save(tmp_path / "c.pt", {"path": tmp_path})  # a Python object that is not plain data
+    with pytest.raises(Exception, match="weights_only"):
+        fabric.load(tmp_path / "c.pt")
+    assert fabric.load(tmp_path / "c.pt", weights_only=False) == {"path": tmp_path}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_load_raw_module(tmp_path: Path, wrapped: bool) -> None:
+    fabric = make_fabric()
+    source = nn.Linear(2, 2)
+    torch.save(source.state_dict(), tmp_path / "raw.pt")
+    target: nn.Module = nn.Linear(2, 2)
+    if wrapped:
+        target = fabric.setup(target)
+    assert fabric.load_raw(tmp_path / "raw.pt", target) is None
+    assert torch.equal(target.weight, source.weight)
+
+
+def test_load_raw_module_strictness(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    torch.save({"weight": torch.zeros(2, 2)}, tmp_path / "raw.pt")
+    target = fabric.setup(nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        fabric.load_raw(tmp_path / "raw.pt", target)
+    fabric.load_raw(tmp_path / "raw.pt", target, strict=False)
+    assert torch.count_nonzero(target.weight) == 0
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_load_raw_optimizer(tmp_path: Path, wrapped: bool) -> None:
+    fabric = make_fabric()
+    _, optimizer, _ = trained_objects(fabric)
+    torch.save(optimizer.optimizer.state_dict(), tmp_path / "raw.pt")
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    target: Any = torch.optim.SGD(net.parameters(), lr=1.0, momentum=0.9)
+    if wrapped:
+        _, target = fabric.setup(net, target)
+    fabric.load_raw(tmp_path / "raw.pt", target)
+    assert target.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+    assert len(target.state) == len(optimizer.state)
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        make_fabric().load(tmp_path / "nothing.pt")
