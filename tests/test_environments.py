@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -425,32 +425,8 @@ def test_kubeflow_names_a_missing_variable() -> None:
 
 # -- mpi ---------------------------------------------------------------------------------------------------
 
-_FAKE_MPI = '''
-"""A stand-in for mpi4py.MPI (this machine has no MPI): one rank of a job described by FAKE_MPI_*."""
+_MPI_REPORT = """
 import json, os
-
-
-class _Comm:
-    def Get_size(self):
-        if os.environ.get("FAKE_MPI_BROKEN"):
-            raise RuntimeError("MPI_Init failed")
-        return int(os.environ["FAKE_MPI_SIZE"])
-
-    def Get_rank(self):
-        return int(os.environ["FAKE_MPI_RANK"])
-
-    def allgather(self, value):
-        return [value if host == "{self}" else host for host in os.environ["FAKE_MPI_HOSTS"].split(",")]
-
-    def bcast(self, value, root=0):
-        return value if self.Get_rank() == root else tuple(json.loads(os.environ["FAKE_MPI_ROOT_VALUE"]))
-
-
-COMM_WORLD = _Comm()
-'''
-
-_REPORT = """
-import json
 from fabric_core.environments.mpi import MPIEnvironment
 report = {"detect": MPIEnvironment.detect()}
 if report["detect"]:
@@ -459,70 +435,60 @@ if report["detect"]:
         address=env.main_address, port=env.main_port, world=env.world_size(), rank=env.global_rank(),
         local=env.local_rank(), node=env.node_rank(), external=env.creates_processes_externally,
     )
-print(json.dumps(report))
+with open(os.path.join(os.environ["REPORT_DIR"], f"{os.getpid()}.json"), "w") as f:
+    json.dump(report, f)
 """
 
 
-def run_fake_mpi(tmp_path: Path, **variables: str) -> dict[str, object]:
-    package = tmp_path / "mpi4py"
-    package.mkdir(exist_ok=True)
-    (package / "__init__.py").write_text("")
-    (package / "MPI.py").write_text(textwrap.dedent(_FAKE_MPI))
+def run_under_mpiexec(tmp_path: Path, n: int, **variables: str) -> list[dict[str, object]]:
+    """Run the report script on ``n`` real MPI ranks (mpiexec from the ``mpich`` wheel)."""
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpi4py and mpiexec are not installed (pip install mpi4py mpich)")
     env = {k: v for k, v in os.environ.items() if k not in _NAMES}
-    env.update(variables, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    done = subprocess.run(
-        [sys.executable, "-c", _REPORT], env=env, capture_output=True, text=True, timeout=60, check=True
+    env.update(variables, REPORT_DIR=str(tmp_path))
+    subprocess.run(
+        [mpiexec, "-n", str(n), sys.executable, "-c", _MPI_REPORT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
     )
-    report: dict[str, object] = json.loads(done.stdout)
-    return report
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    return sorted(reports, key=lambda r: int(r.get("rank", 0)))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is not None, reason="mpi4py is installed here")
-def test_mpi_is_not_detected_and_not_built_without_mpi4py() -> None:
-    assert not MPIEnvironment.detect()
-    with pytest.raises(ModuleNotFoundError, match="pip install mpi4py"):
-        MPIEnvironment()
-
-
-def test_mpi_rank_on_a_second_node_reads_the_topology(tmp_path: Path) -> None:
-    report = run_fake_mpi(
-        tmp_path,
-        FAKE_MPI_SIZE="4",
-        FAKE_MPI_RANK="3",
-        FAKE_MPI_HOSTS="head,head,{self},{self}",
-        FAKE_MPI_ROOT_VALUE='["head", 29777]',
+def test_mpi_is_not_detected_outside_a_launcher_and_does_not_initialise_mpi() -> None:
+    code = (
+        "import sys; from fabric_core.environments.mpi import MPIEnvironment as M; "
+        "print(M.detect(), 'mpi4py.MPI' in sys.modules)"
     )
-    assert report == {
-        "detect": True,
-        "address": "head",
-        "port": 29777,
-        "world": 4,
-        "rank": 3,
-        "local": 1,
-        "node": 1,
-        "external": True,
-    }
+    env = {k: v for k, v in os.environ.items() if k not in _NAMES}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "False"]
 
 
-def test_mpi_rank_zero_offers_its_host_and_a_free_port(tmp_path: Path) -> None:
-    report = run_fake_mpi(tmp_path, FAKE_MPI_SIZE="2", FAKE_MPI_RANK="0", FAKE_MPI_HOSTS="{self},other")
-    assert report["address"] == socket.gethostname()
-    assert isinstance(report["port"], int) and 0 < report["port"] < 65536
-    assert (report["local"], report["node"]) == (0, 0)
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_mpi_ranks_read_the_topology_from_real_mpi(tmp_path: Path) -> None:
+    reports = run_under_mpiexec(tmp_path, 2)
+    assert [r["rank"] for r in reports] == [0, 1]
+    for r in reports:
+        assert (r["detect"], r["world"], r["node"], r["external"]) == (True, 2, 0, True)
+    assert [r["local"] for r in reports] == [0, 1]
+    assert reports[0]["address"] == reports[1]["address"] == socket.gethostname()
+    assert reports[0]["port"] == reports[1]["port"]  # rank 0's free port, broadcast to everyone
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 def test_mpi_rank_zero_honours_master_addr_and_port(tmp_path: Path) -> None:
-    report = run_fake_mpi(
-        tmp_path,
-        FAKE_MPI_SIZE="2",
-        FAKE_MPI_RANK="0",
-        FAKE_MPI_HOSTS="{self},{self}",
-        MASTER_ADDR="10.1.1.1",
-        MASTER_PORT="28000",
-    )
-    assert (report["address"], report["port"]) == ("10.1.1.1", 28000)
+    reports = run_under_mpiexec(tmp_path, 2, MASTER_ADDR="127.0.0.1", MASTER_PORT="28011")
+    assert {(r["address"], r["port"]) for r in reports} == {("127.0.0.1", 28011)}
 
 
-@pytest.mark.parametrize("variables", [{"FAKE_MPI_SIZE": "1"}, {"FAKE_MPI_BROKEN": "1"}])
-def test_mpi_is_not_detected_for_one_rank_or_a_broken_mpi(tmp_path: Path, variables: dict[str, str]) -> None:
-    assert run_fake_mpi(tmp_path, FAKE_MPI_RANK="0", **variables) == {"detect": False}
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_mpi_single_rank_is_not_detected(tmp_path: Path) -> None:
+    assert run_under_mpiexec(tmp_path, 1) == [{"detect": False}]

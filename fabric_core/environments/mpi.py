@@ -64,7 +64,14 @@ class MPIEnvironment(ClusterEnvironment):
 
     @staticmethod
     def detect() -> bool:
-        """Whether mpi4py is installed and this process is one of several MPI ranks. Never raises."""
+        """Whether mpi4py is installed and this process is one of several MPI ranks. Never raises.
+
+        The launcher's variables are read first, so that an ordinary run never initialises MPI (importing
+        ``mpi4py.MPI`` does) just to learn it is not under MPI.
+        """
+        sizes = [os.environ.get(name, "") for name in _LAUNCHER_SIZE_VARIABLES]
+        if not any(size.isdigit() and int(size) > 1 for size in sizes):
+            return False
         try:
             comm = _world_communicator()
             return comm is not None and int(comm.Get_size()) > 1
@@ -102,6 +109,10 @@ class MPIEnvironment(ClusterEnvironment):
             InvalidConfigError: They differ.
         """
         check_world_size("the MPI launcher", self.world_size(), num_devices, num_nodes)
+
+
+#: World-size variables set by the common MPI launchers: Open MPI, MPICH / Intel MPI (Hydra), MVAPICH.
+_LAUNCHER_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
 def _world_communicator() -> Any:
