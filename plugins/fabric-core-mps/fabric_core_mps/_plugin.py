@@ -1,0 +1,63 @@
+"""Registration of the MPS accelerator: strings only, so discovery never imports torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Registry
+    from fabric_core._selection import SelectionContext
+
+#: Above the cpu (0), below XLA (30); cuda shares the band: no machine has both.
+PRIORITY: Final = 20
+#: Strategy names of the multi-process families (ddp, dp, deepspeed, fsdp and their aliases).
+PARALLEL_PREFIXES: Final = ("ddp", "dp", "deepspeed", "fsdp")
+
+
+@hookimpl
+def fabric_core_register_accelerators(registry: Registry) -> None:
+    """Register ``"mps"``, found by ``accelerator="auto"`` on Apple silicon."""
+    registry.add(
+        "mps",
+        "fabric_core_mps.accelerator:MPSAccelerator",
+        description="The GPU of Apple silicon Macs (Metal Performance Shaders); one process.",
+        priority=PRIORITY,
+        probe="fabric_core_mps.device:is_available",
+    )
+
+
+@hookimpl
+def fabric_core_select_accelerator(requested: str, context: SelectionContext) -> str | None:
+    """``"gpu"`` means mps on a Mac that has it; elsewhere other plugins (cuda) decide."""
+    if requested != "gpu":
+        return None
+    from fabric_core_mps import device
+
+    return "mps" if device.is_available() else None
+
+
+def _is_parallel(context: SelectionContext) -> bool:
+    name = (context.strategy or "").lower()
+    if name.startswith(PARALLEL_PREFIXES):
+        return True
+    if context.strategy_class is None:
+        return False
+    from fabric_core.strategies.parallel import ParallelStrategy
+
+    return issubclass(context.strategy_class, ParallelStrategy)
+
+
+@hookimpl
+def fabric_core_validate_selection(context: SelectionContext) -> None:
+    """Reject multi-process strategies on MPS: torch has no process-group backend for it."""
+    if context.device_type == "mps" and _is_parallel(context):
+        raise InvalidConfigError(
+            f"You set `strategy={context.strategy!r}` but strategies from the DDP family are not supported on "
+            "the MPS accelerator. Either explicitly set `accelerator='cpu'` or change the strategy "
+            "(e.g. `strategy='auto'` for one MPS device).",
+            argument="strategy",
+            value=context.strategy,
+        )

@@ -1,0 +1,50 @@
+"""TPUs for fabric-core: ``Fabric(accelerator="tpu")`` (alias ``"xla"``), strategies ``xla``, ``single_xla``,
+``xla_fsdp``, and their precision and checkpoint I/O, through torch_xla.
+
+Every name is loaded on first access, so importing this package imports neither torch nor torch_xla.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from fabric_core_xla.accelerator import XLAAccelerator
+    from fabric_core_xla.checkpoint_io import XLACheckpointIO
+    from fabric_core_xla.environment import XLAEnvironment
+    from fabric_core_xla.fsdp import XLAFSDPStrategy
+    from fabric_core_xla.launcher import XLALauncher
+    from fabric_core_xla.precision import XLAPrecision
+    from fabric_core_xla.single_device import SingleDeviceXLAStrategy
+    from fabric_core_xla.strategy import XLAStrategy
+
+__all__ = [
+    "SingleDeviceXLAStrategy",
+    "XLAAccelerator",
+    "XLACheckpointIO",
+    "XLAEnvironment",
+    "XLAFSDPStrategy",
+    "XLALauncher",
+    "XLAPrecision",
+    "XLAStrategy",
+]
+__version__ = "0.1.0"
+
+_WHERE: Final = {
+    "SingleDeviceXLAStrategy": "fabric_core_xla.single_device",
+    "XLAAccelerator": "fabric_core_xla.accelerator",
+    "XLACheckpointIO": "fabric_core_xla.checkpoint_io",
+    "XLAEnvironment": "fabric_core_xla.environment",
+    "XLAFSDPStrategy": "fabric_core_xla.fsdp",
+    "XLALauncher": "fabric_core_xla.launcher",
+    "XLAPrecision": "fabric_core_xla.precision",
+    "XLAStrategy": "fabric_core_xla.strategy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

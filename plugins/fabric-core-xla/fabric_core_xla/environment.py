@@ -1,0 +1,76 @@
+"""The cluster environment of XLA jobs: ranks come from torch_xla's runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core_xla import device
+
+__all__ = ["XLAEnvironment"]
+
+
+def _runtime() -> Any:
+    device.require_torch_xla("XLAEnvironment")
+    import torch_xla.runtime as xr
+
+    return xr
+
+
+class XLAEnvironment(ClusterEnvironment):
+    """Reads ranks from the XLA runtime, which assigns them to the processes ``xmp.spawn`` starts.
+
+    The runtime also does its own rendezvous, so there is no address or port to give, and the world size
+    and ranks cannot be set from outside. Only call the rank methods inside the spawned processes: asking
+    the runtime starts it, after which this process can no longer spawn any.
+    """
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        """False: ``xmp.spawn`` starts the processes, from ``fabric.launch``."""
+        return False
+
+    @property
+    def main_address(self) -> str:
+        """Not used: the XLA runtime does its own rendezvous.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError("The XLA runtime does its own rendezvous; it has no main address to give.")
+
+    @property
+    def main_port(self) -> int:
+        """Not used: the XLA runtime does its own rendezvous.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError("The XLA runtime does its own rendezvous; it has no main port to give.")
+
+    @staticmethod
+    def detect() -> bool:
+        """Whether this host has XLA devices."""
+        return device.is_available()
+
+    def world_size(self) -> int:
+        """The number of processes (replicas) in the job."""
+        return int(_runtime().world_size())
+
+    def set_world_size(self, size: int) -> None:
+        """Ignored: the runtime decides the world size."""
+
+    def global_rank(self) -> int:
+        """This process's ordinal among all processes."""
+        return int(_runtime().global_ordinal())
+
+    def set_global_rank(self, rank: int) -> None:
+        """Ignored: the runtime decides the ranks."""
+
+    def local_rank(self) -> int:
+        """This process's ordinal on its host."""
+        return int(_runtime().local_ordinal())
+
+    def node_rank(self) -> int:
+        """The index of this host among the job's hosts."""
+        return int(_runtime().host_index())

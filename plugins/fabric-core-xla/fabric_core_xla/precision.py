@@ -1,0 +1,87 @@
+"""Precision on XLA devices: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, stepped with ``xm.optimizer_step``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Final
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.precision.half import HalfPrecision
+from fabric_core.precision.precision import Precision
+from fabric_core_xla import device
+from fabric_core_xla._names import PRECISIONS
+
+__all__ = ["XLAPrecision"]
+
+# Older torch_xla versions (before 2.7 for fp16, 2.8 for bf16) also cast every XLA tensor to the half
+# type when these are set; newer ones ignore them, so the module is converted explicitly as well.
+_ENV: Final = {"16-true": "XLA_USE_F16", "bf16-true": "XLA_USE_BF16"}
+
+
+class XLAPrecision(Precision):
+    """The precision plugin of the XLA strategies.
+
+    ``"16-true"`` and ``"bf16-true"`` keep parameters, inputs and computation in fp16 or bf16 (as
+    :class:`~fabric_core.precision.half.HalfPrecision` does) and also set ``XLA_USE_F16`` /
+    ``XLA_USE_BF16`` for torch_xla versions that read them; :meth:`teardown` removes them. The optimizer
+    step goes through ``xm.optimizer_step``, which averages the gradients of all processes, and ends the
+    XLA step so the graph of one training step is compiled once and reused.
+
+    Args:
+        precision: ``"32-true"``, ``"16-true"`` or ``"bf16-true"``.
+
+    Raises:
+        InvalidConfigError: Another precision (mixed precision is not supported on XLA).
+        ModuleNotFoundError: torch_xla is not installed (with the install command).
+    """
+
+    def __init__(self, precision: str = "32-true") -> None:
+        if precision not in PRECISIONS:
+            raise InvalidConfigError(
+                f"`precision={precision!r}` is not supported with XLA. Valid choices: "
+                f"{', '.join(repr(p) for p in PRECISIONS)}.",
+                argument="precision",
+                value=precision,
+            )
+        device.require_torch_xla(type(self).__name__)
+        self.precision = precision
+        self._compute: Final[Precision] = HalfPrecision(precision) if precision in _ENV else Precision()
+        if precision in _ENV:
+            os.environ[_ENV[precision]] = "1"
+
+    def convert_module(self, module: Module) -> Module:
+        return self._compute.convert_module(module)
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self._compute.tensor_init_context()
+
+    def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self._compute.module_init_context()
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self._compute.forward_context()
+
+    def convert_input(self, data: Any) -> Any:
+        return self._compute.convert_input(data)
+
+    def convert_output(self, data: Any) -> Any:
+        return self._compute.convert_output(data)
+
+    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        """Average the gradients across processes, step, and end the XLA step.
+
+        Returns:
+            What ``optimizer.step`` returned.
+        """
+        import torch_xla.core.xla_model as xm
+
+        return xm.optimizer_step(optimizer, barrier=True, optimizer_args=kwargs)
+
+    def teardown(self) -> None:
+        """Remove the environment variables this plugin set."""
+        for name in _ENV.values():
+            os.environ.pop(name, None)

@@ -1,0 +1,70 @@
+"""One process on one XLA device."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from fabric_core.io.checkpoint_io import CheckpointIO
+from fabric_core.precision.precision import Precision
+from fabric_core.strategies.single_device import SingleDeviceStrategy
+from fabric_core_xla import device as xla_device
+from fabric_core_xla.checkpoint_io import XLACheckpointIO
+from fabric_core_xla.precision import XLAPrecision
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+
+__all__ = ["SingleDeviceXLAStrategy"]
+
+
+class SingleDeviceXLAStrategy(SingleDeviceStrategy):
+    """Runs in this process on one XLA device (``strategy="auto"`` with ``devices=1`` on a TPU).
+
+    Args:
+        device: The device: ``torch.device("xla", i)``, ``"xla:i"`` or the index ``i``; by default the one
+            selection chose.
+        accelerator: The accelerator; usually filled in by selection.
+        checkpoint_io: How checkpoints are written (:class:`XLACheckpointIO` by default).
+        precision: The precision plugin (:class:`XLAPrecision` ``"32-true"`` by default).
+
+    Raises:
+        ModuleNotFoundError: torch_xla is not installed (with the install command).
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str | int | None = None,
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+    ) -> None:
+        xla_device.require_torch_xla(type(self).__name__)
+        if isinstance(device, int) and not isinstance(device, bool):
+            device = torch.device("xla", device)
+        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._device if self._device is not None else torch.device("xla", 0)
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        if self._checkpoint_io is None:
+            self._checkpoint_io = XLACheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @property
+    def precision(self) -> Precision:
+        if self._precision is None:
+            self._precision = XLAPrecision("32-true")
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = precision

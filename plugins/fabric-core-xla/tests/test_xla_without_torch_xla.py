@@ -1,0 +1,67 @@
+"""Every XLA component says how to install torch_xla when it is built without it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fabric_core_xla import device
+
+pytestmark = pytest.mark.skipif(device.xla_installed(), reason="torch_xla is installed here")
+
+COMPONENTS = [
+    ("fabric_core_xla.accelerator", "XLAAccelerator", {}),
+    ("fabric_core_xla.strategy", "XLAStrategy", {}),
+    ("fabric_core_xla.single_device", "SingleDeviceXLAStrategy", {}),
+    ("fabric_core_xla.fsdp", "XLAFSDPStrategy", {}),
+    ("fabric_core_xla.precision", "XLAPrecision", {"precision": "bf16-true"}),
+    ("fabric_core_xla.checkpoint_io", "XLACheckpointIO", {}),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "kwargs"), COMPONENTS, ids=[c[1] for c in COMPONENTS])
+def test_building_a_component_without_torch_xla_names_the_install_command(
+    module: str, name: str, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    cls = getattr(importlib.import_module(module), name)
+    monkeypatch.delenv("XLA_USE_BF16", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=rf"`{name}` needs torch_xla.*pip install torch_xla.*torch 2\.9"):
+        cls(**kwargs)
+
+
+def test_a_refused_precision_is_reported_before_torch_xla_is_looked_for() -> None:
+    from fabric_core.errors import InvalidConfigError
+    from fabric_core_xla.precision import XLAPrecision
+
+    with pytest.raises(InvalidConfigError, match=r"`precision='16-mixed'` is not supported with XLA"):
+        XLAPrecision("16-mixed")
+
+
+def test_a_failed_precision_leaves_no_environment_variable_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from fabric_core_xla.precision import XLAPrecision
+
+    monkeypatch.delenv("XLA_USE_BF16", raising=False)
+    with pytest.raises(ModuleNotFoundError):
+        XLAPrecision("bf16-true")
+    assert "XLA_USE_BF16" not in os.environ
+
+
+def test_the_launcher_and_the_environment_need_it_too() -> None:
+    from fabric_core_xla.environment import XLAEnvironment
+    from fabric_core_xla.launcher import XLALauncher
+
+    with pytest.raises(ModuleNotFoundError, match="`XLALauncher` needs torch_xla"):
+        XLALauncher(strategy=None)  # type: ignore[arg-type]
+
+    environment = XLAEnvironment()
+    assert environment.creates_processes_externally is False
+    assert XLAEnvironment.detect() is False
+    with pytest.raises(ModuleNotFoundError, match="pip install torch_xla"):
+        environment.global_rank()
+    with pytest.raises(NotImplementedError, match="own rendezvous"):
+        _ = environment.main_address
