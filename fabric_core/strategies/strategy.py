@@ -57,6 +57,8 @@ class Strategy(ABC):
     requires_joint_setup: ClassVar[bool] = False
     #: Whether one process drives all devices (no ``fabric.launch()`` needed before setup).
     single_process: ClassVar[bool] = True
+    #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
+    gathers_collections: ClassVar[bool] = False
 
     def __init__(
         self,

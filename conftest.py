@@ -1,4 +1,4 @@
-"""Shared fixtures: every test starts from a clean process state and restores what it changed."""
+"""Shared fixtures for the core and plugin tests: each test starts from a clean process state."""
 
 from __future__ import annotations
 

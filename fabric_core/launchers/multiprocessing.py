@@ -1,0 +1,177 @@
+"""Start one process per device with ``torch.multiprocessing`` (``ddp_spawn``, ``ddp_fork``)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch.multiprocessing.spawn import start_processes
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.launchers._threads import set_num_threads_if_needed
+from fabric_core.launchers.launcher import Launcher
+from fabric_core.utilities.apply_func import move_data_to_device
+
+if TYPE_CHECKING:
+    from fabric_core.strategies.parallel import ParallelStrategy
+
+__all__ = ["MultiProcessingLauncher"]
+
+START_METHODS: Final = ("spawn", "fork", "forkserver")
+_JOIN_POLL_SECONDS: Final = 0.05
+
+
+class MultiProcessingLauncher(Launcher):
+    """Run a function in ``num_processes`` new processes and return local rank 0's result.
+
+    With ``"spawn"`` (and ``"forkserver"``) the function, its arguments and the strategy are pickled
+    together, so each process gets its own copy (no shared memory between ranks' parameters), and the
+    random, deterministic and cuDNN settings of this process are restored in each worker. With ``"fork"``
+    the workers inherit this process as it is; it works in notebooks but not once CUDA is initialised.
+
+    Args:
+        strategy: The strategy the workers run; its ranks are set in each worker.
+        start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``.
+
+    Raises:
+        InvalidConfigError: An unknown start method, or one this platform does not support.
+    """
+
+    def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
+        if start_method not in START_METHODS:
+            raise InvalidConfigError(
+                f"`start_method={start_method!r}` is not a multiprocessing start method. Valid choices: "
+                f"{', '.join(repr(m) for m in START_METHODS)}.",
+                argument="start_method",
+                value=start_method,
+            )
+        if start_method not in multiprocessing.get_all_start_methods():
+            raise InvalidConfigError(
+                f"`start_method={start_method!r}` is not supported on this platform ({sys.platform}); "
+                f"available: {', '.join(multiprocessing.get_all_start_methods())}. "
+                "Use `strategy='ddp_spawn'` instead.",
+                argument="start_method",
+                value=start_method,
+            )
+        self.strategy = strategy
+        self.start_method = start_method
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return self.start_method == "fork"
+
+    @property
+    def requires_function(self) -> bool:
+        return True
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function(*args, **kwargs)`` in every worker; return local rank 0's result, on the CPU.
+
+        Raises:
+            RuntimeError: Spawning from a module without an ``if __name__ == "__main__":`` guard, or
+                forking after CUDA was initialised.
+            torch.multiprocessing.ProcessRaisedException: A worker raised (its traceback is included);
+                the other workers are terminated.
+        """
+        self._check_can_start()
+        environment = self.strategy.cluster_environment
+        if environment is not None:
+            os.environ["MASTER_ADDR"] = environment.main_address
+            os.environ["MASTER_PORT"] = str(environment.main_port)
+        num_processes = self.strategy.num_processes
+        set_num_threads_if_needed(num_processes)
+        work: tuple[Any, ...] = (function, args, kwargs, self.strategy)
+        payload: Any = work if self.start_method == "fork" else pickle.dumps((*work, GlobalState.capture()))
+        results = multiprocessing.get_context(self.start_method).SimpleQueue()
+        context = start_processes(  # type: ignore[no-untyped-call]
+            _run_worker,
+            args=(payload, results),
+            nprocs=num_processes,
+            start_method=self.start_method,
+            join=False,
+        )
+        # Read while joining: a result larger than the pipe buffer blocks its sender until it is read.
+        received: bytes | None = None
+        while True:
+            if received is None and not results.empty():
+                received = results.get()
+            if context.join(timeout=_JOIN_POLL_SECONDS):
+                break
+        if received is None and not results.empty():
+            received = results.get()
+        return pickle.loads(received) if received is not None else None
+
+    def _check_can_start(self) -> None:
+        if self.start_method != "fork" and getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise RuntimeError(
+                f"`fabric.launch()` was called while a {self.start_method!r} worker was importing the main "
+                "module: the script starts processes at import time. Put the code that creates `Fabric` and "
+                'calls `launch()` under `if __name__ == "__main__":`.'
+            )
+        if self.start_method == "fork" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            raise RuntimeError(
+                "Cannot fork new processes: CUDA is already initialised in this process, and a forked "
+                "process cannot use it. Use `strategy='ddp_spawn'`, or avoid touching CUDA (creating tensors "
+                "on it, `torch.cuda.*` calls) before `fabric.launch()`."
+            )
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    """Settings a spawned worker would otherwise lose: RNG states and determinism flags."""
+
+    deterministic: bool
+    deterministic_warn_only: bool
+    cudnn_benchmark: bool
+    torch_rng: torch.Tensor
+    python_rng: Any
+    numpy_rng: Any
+
+    @classmethod
+    def capture(cls) -> GlobalState:
+        numpy = sys.modules.get("numpy")
+        return cls(
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+            deterministic_warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+            cudnn_benchmark=torch.backends.cudnn.benchmark,
+            torch_rng=torch.get_rng_state(),
+            python_rng=random.getstate(),
+            numpy_rng=numpy.random.get_state() if numpy is not None else None,
+        )
+
+    def restore(self) -> None:
+        torch.use_deterministic_algorithms(self.deterministic, warn_only=self.deterministic_warn_only)
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        torch.set_rng_state(self.torch_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            import numpy
+
+            numpy.random.set_state(self.numpy_rng)
+
+
+def _run_worker(process_index: int, payload: Any, results: Any) -> None:
+    if isinstance(payload, bytes):
+        function, args, kwargs, strategy, state = pickle.loads(payload)
+        state.restore()
+    else:
+        function, args, kwargs, strategy = payload
+    os.environ["LOCAL_RANK"] = str(process_index)
+    strategy.set_world_ranks()
+    try:
+        output = function(*args, **kwargs)
+    except BaseException:
+        # torch.multiprocessing reports it to the parent; the exit hook must not wait for the other ranks.
+        from fabric_core.strategies import _exit
+
+        _exit.record_failure()
+        raise
+    if process_index == 0:
+        results.put(pickle.dumps(move_data_to_device(output, "cpu")))

@@ -1,0 +1,352 @@
+"""The base of every multi-process strategy: ranks, the process group, and the collectives."""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from fabric_core.strategies import _collectives, _exit
+from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.io.checkpoint_io import CheckpointIO
+    from fabric_core.precision.precision import Precision
+
+__all__ = ["DEFAULT_PG_TIMEOUT", "ParallelStrategy"]
+
+T = TypeVar("T")
+
+#: How long a collective waits for the other ranks before failing (torch's own default).
+DEFAULT_PG_TIMEOUT = timedelta(minutes=30)
+
+
+class ParallelStrategy(Strategy):
+    """One process per device, joined by a ``torch.distributed`` process group.
+
+    The ranks come from the cluster environment: this process's local and node rank, and the world size
+    ``num_nodes * num_processes`` that the strategy records on it. :meth:`setup_environment` (run in
+    every process by the launcher) creates the process group. Subclasses decide how modules are wrapped
+    (``ddp``, ``fsdp``, ...) and which launcher starts the processes.
+
+    Collectives act on tensors and nested collections of tensors; without a process group they are the
+    identity, as in one process.
+
+    Args:
+        accelerator: The accelerator; usually filled in by selection.
+        parallel_devices: One device per local process; usually filled in by selection.
+        cluster_environment: Where the ranks come from; usually filled in by selection.
+        checkpoint_io: How checkpoints are written.
+        precision: The precision plugin.
+        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's backend.
+        timeout: How long collectives wait for the other ranks.
+    """
+
+    single_process: ClassVar[bool] = False
+    #: `all_gather` takes a whole nested collection and packs it into as few collectives as it can.
+    gathers_collections: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+    ) -> None:
+        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+        self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
+        self._cluster_environment = cluster_environment
+        self._num_nodes = 1
+        self._process_group_backend = process_group_backend
+        self._timeout = timeout
+        self._exit_hook_registered = False
+        self._device_for_collectives: torch.device | None = None
+
+    # -- wiring ------------------------------------------------------------------------------------------
+    def connect(
+        self,
+        *,
+        accelerator: Accelerator,
+        precision: Precision,
+        checkpoint_io: CheckpointIO | None,
+        cluster_environment: ClusterEnvironment,
+        parallel_devices: list[torch.device],
+        num_nodes: int,
+    ) -> None:
+        """Complete the strategy (values set in the constructor win), record the ranks, pick a launcher."""
+        super().connect(
+            accelerator=accelerator,
+            precision=precision,
+            checkpoint_io=checkpoint_io,
+            cluster_environment=cluster_environment,
+            parallel_devices=parallel_devices,
+            num_nodes=num_nodes,
+        )
+        if self._cluster_environment is None:
+            self._cluster_environment = cluster_environment
+        if self._parallel_devices is None:
+            self._parallel_devices = list(parallel_devices)
+        self._num_nodes = num_nodes
+        self.set_world_ranks()
+        self.configure_launcher()
+
+    def configure_launcher(self) -> None:
+        """Choose ``self._launcher``; called at the end of :meth:`connect` (no launcher by default)."""
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironment | None:
+        return self._cluster_environment
+
+    @cluster_environment.setter
+    def cluster_environment(self, environment: ClusterEnvironment | None) -> None:
+        self._cluster_environment = environment
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        self._parallel_devices = list(devices) if devices is not None else None
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None:
+        self._num_nodes = num_nodes
+
+    @property
+    def num_processes(self) -> int:
+        """Processes on each node: one per parallel device."""
+        return len(self._parallel_devices) if self._parallel_devices is not None else 0
+
+    @property
+    def process_group_backend(self) -> str:
+        """The backend :meth:`setup_environment` uses: the one passed, else the accelerator's."""
+        if self._process_group_backend is not None:
+            return self._process_group_backend
+        if self.accelerator is not None:
+            return self.accelerator.process_group_backend
+        return "gloo"
+
+    # -- topology ----------------------------------------------------------------------------------------
+    @property
+    def global_rank(self) -> int:
+        return self._cluster_environment.global_rank() if self._cluster_environment is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        return self._cluster_environment.local_rank() if self._cluster_environment is not None else 0
+
+    @property
+    def node_rank(self) -> int:
+        return self._cluster_environment.node_rank() if self._cluster_environment is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return self._cluster_environment.world_size() if self._cluster_environment is not None else 1
+
+    @property
+    def root_device(self) -> torch.device:
+        """This process's device: ``parallel_devices[local_rank]``.
+
+        Raises:
+            RuntimeError: The strategy has no devices yet (it was neither given any nor connected).
+        """
+        if not self._parallel_devices:
+            raise RuntimeError(
+                f"`{type(self).__name__}` has no devices: pass `parallel_devices=[...]` or let `Fabric(...)` "
+                "connect it."
+            )
+        return self._parallel_devices[self.local_rank]
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Each process reads the shard of its global rank among ``num_nodes * num_processes``."""
+        return {"num_replicas": self._num_nodes * self.num_processes, "rank": self.global_rank}
+
+    def set_world_ranks(self) -> None:
+        """Record this process's global rank and the world size on the cluster environment.
+
+        Environments that know their ranks themselves (torchelastic, SLURM) ignore what is recorded.
+        """
+        environment = self._cluster_environment
+        if environment is None:
+            return
+        environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
+        environment.set_world_size(self._num_nodes * self.num_processes)
+        from fabric_core.utilities.rank_zero import rank_zero_only
+
+        rank_zero_only.rank = environment.global_rank()
+
+    def setup_environment(self) -> None:
+        """Prepare the device, then join the process group (no-op if this process already has one)."""
+        self.set_world_ranks()
+        super().setup_environment()
+        self.init_process_group()
+
+    def init_process_group(self) -> None:
+        """Create the default process group from the cluster environment's address, port and ranks.
+
+        Raises:
+            RuntimeError: ``torch.distributed`` is not available in this build of torch, or the strategy
+                has no cluster environment.
+        """
+        if not dist.is_available():
+            raise RuntimeError("`torch.distributed` is not available in this build of torch.")
+        if dist.is_initialized():
+            return
+        environment = self._cluster_environment
+        if environment is None:
+            raise RuntimeError(f"`{type(self).__name__}` needs a cluster environment to create a process group.")
+        os.environ["MASTER_ADDR"] = environment.main_address
+        os.environ["MASTER_PORT"] = str(environment.main_port)
+        kwargs: dict[str, Any] = {}
+        if self.root_device.type != "cpu":
+            kwargs["device_id"] = self.root_device
+        dist.init_process_group(
+            self.process_group_backend,
+            rank=self.global_rank,
+            world_size=self.world_size,
+            timeout=self._timeout,
+            **kwargs,
+        )
+        self._device_for_collectives = self.root_device
+        if not self._exit_hook_registered:
+            # A process that exits with its process group alive can abort in gloo's destructors
+            # ("terminate called without an active exception"); finished jobs must exit 0.
+            _exit.watch_uncaught_exceptions()
+            atexit.register(self._close_at_exit)
+            self._exit_hook_registered = True
+
+    # -- collectives -------------------------------------------------------------------------------------
+    @staticmethod
+    def _distributed() -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
+        """Reduce every tensor in ``tensor`` across processes, in place (no barrier first).
+
+        Args:
+            tensor: A tensor, a Python number, or a collection of them; numbers become tensors on this
+                process's device.
+            group: The process group; ``None`` for all processes.
+            reduce_op: ``"sum"``, ``"mean"`` (or ``"avg"``), ``"max"``, ``"min"``, ``"product"``, or a
+                ``torch.distributed.ReduceOp``. The mean is a sum divided by the world size (gloo has no
+                ``AVG``); integer and bool tensors keep their dtype, so their mean is truncated toward zero.
+
+        Returns:
+            The reduced tensors, in the structure passed.
+
+        Raises:
+            InvalidConfigError: An unknown ``reduce_op``.
+        """
+        _collectives.resolve_reduce_op(reduce_op)
+        if not self._distributed():
+            return tensor
+        if isinstance(tensor, Tensor):
+            return _collectives.all_reduce(tensor, group, reduce_op)
+        data = convert_to_tensors(tensor, self._collective_device())
+        return apply_to_collection(data, Tensor, _collectives.all_reduce, group, reduce_op)
+
+    def all_gather(self, tensor: Tensor | Any, group: Any = None, sync_grads: bool = False) -> Tensor | Any:
+        """Gather tensors from every process, stacked along a new first dimension of size ``world_size``.
+
+        Args:
+            tensor: A tensor or a collection of tensors; the result has the same structure.
+            group: The process group; ``None`` for all processes.
+            sync_grads: Let gradients flow back through the gathered tensors.
+
+        Raises:
+            ValueError: On every rank alike, when the ranks' shapes or dtypes differ (instead of a hang or
+                an abort); the process group stays usable.
+        """
+        if not self._distributed():
+            return tensor
+        device = self._collective_device()
+        data = tensor if _collectives.only_tensors(tensor) else convert_to_tensors(tensor, device)
+        return _collectives.all_gather(data, group, device, sync_grads=sync_grads)
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Send any picklable object from global rank ``src`` to every process, and return it."""
+        if not self._distributed():
+            return obj
+        objects: list[Any] = [obj]
+        dist.broadcast_object_list(objects, src=src)
+        result: T = objects[0]
+        return result
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point (``name`` only labels it for debugging)."""
+        if not self._distributed():
+            return
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[self.root_device.index or 0])
+        else:
+            dist.barrier()
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Combine one boolean per process: ``all`` of them, else any of them."""
+        if not self._distributed():
+            return decision
+        votes = torch.tensor(int(decision), device=self._collective_device())
+        dist.all_reduce(votes, op=dist.ReduceOp.SUM)
+        return bool(votes.item() == self.world_size) if all else bool(votes.item() > 0)
+
+    def _collective_device(self) -> torch.device:
+        # Fixed once the process group exists; reading it from the environment every call is measurable.
+        if self._device_for_collectives is None:
+            return self.root_device if self._parallel_devices else torch.device("cpu")
+        return self._device_for_collectives
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to a spawned process has no process group yet: it must register its own exit hook.
+        state = self.__dict__.copy()
+        state["_exit_hook_registered"] = False
+        state["_device_for_collectives"] = None
+        return state
+
+    # -- teardown ----------------------------------------------------------------------------------------
+    def release_modules(self) -> None:
+        """Drop what keeps the process group referenced (wrapped modules); called before it is destroyed."""
+
+    def teardown(self) -> None:
+        """Release the modules, then meet the other ranks and destroy the process group.
+
+        Must be called on every rank. The order (release, collect, barrier, destroy) is what keeps gloo
+        from aborting the process at exit.
+        """
+        super().teardown()
+        self.release_modules()
+        gc.collect()
+        if self._distributed():
+            self.barrier("teardown")
+            dist.destroy_process_group()
+        if self._cluster_environment is not None:
+            self._cluster_environment.teardown()
+
+    def _close_at_exit(self) -> None:
+        if not self._distributed():
+            return
+        self.release_modules()
+        gc.collect()
+        if not _exit.failed():
+            # Meet the other ranks first: tearing down gloo's connections while a peer still uses them
+            # aborts processes at exit about once in ten runs; with the barrier, none in dozens. After an
+            # uncaught exception the other ranks may never arrive, so the job ends without it.
+            _exit.bounded_barrier(self._timeout)
+        dist.destroy_process_group()

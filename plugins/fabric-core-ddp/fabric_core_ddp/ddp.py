@@ -1,0 +1,174 @@
+"""Distributed data parallel: one process per device, gradients averaged during backward."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.strategies.strategy import BackwardSyncControl
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.io.checkpoint_io import CheckpointIO
+    from fabric_core.precision.precision import Precision
+
+__all__ = ["DDPStrategy"]
+
+#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+
+
+class DDPStrategy(ParallelStrategy):
+    """Wraps the model in ``torch.nn.parallel.DistributedDataParallel``.
+
+    DDP broadcasts rank 0's parameters and buffers when the model is set up, and averages gradients
+    across processes during ``backward``. ``fabric.no_backward_sync(model)`` skips that averaging (for
+    gradient accumulation); the next synchronised backward catches up.
+
+    Args:
+        accelerator: The accelerator; usually filled in by selection.
+        parallel_devices: One device per local process; usually filled in by selection.
+        cluster_environment: Where the ranks come from; usually filled in by selection.
+        checkpoint_io: How checkpoints are written.
+        precision: The precision plugin.
+        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's.
+        timeout: How long collectives wait for the other ranks.
+        start_method: ``"popen"`` (run the script again per device: ``ddp``), ``"spawn"``
+            (``ddp_spawn``), ``"fork"`` (``ddp_fork``, ``ddp_notebook``) or ``"forkserver"``.
+        **ddp_kwargs: Passed to ``DistributedDataParallel``: ``find_unused_parameters``,
+            ``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``broadcast_buffers``, ...
+
+    Raises:
+        InvalidConfigError: An unknown ``start_method``, or ``device_ids`` among ``ddp_kwargs`` (the
+            strategy sets it from the process's device).
+    """
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        start_method: str = "popen",
+        **ddp_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+        )
+        if start_method not in START_METHODS:
+            raise InvalidConfigError(
+                f"`DDPStrategy(start_method={start_method!r})` is not a start method. Valid choices: "
+                f"{', '.join(repr(m) for m in START_METHODS)}.",
+                argument="start_method",
+                value=start_method,
+            )
+        for reserved in ("device_ids", "output_device"):
+            if reserved in ddp_kwargs:
+                raise InvalidConfigError(
+                    f"`DDPStrategy({reserved}=...)`: the strategy sets `{reserved}` from each process's device; "
+                    "choose the devices with `Fabric(devices=...)` instead.",
+                    argument=reserved,
+                    value=ddp_kwargs[reserved],
+                )
+        self._start_method = start_method
+        self._ddp_kwargs = ddp_kwargs
+        self._backward_sync_control = DDPBackwardSyncControl()
+        self._wrapped: list[weakref.ReferenceType[DistributedDataParallel]] = []
+
+    @property
+    def start_method(self) -> str:
+        return self._start_method
+
+    @property
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments given to ``DistributedDataParallel``."""
+        return dict(self._ddp_kwargs)
+
+    def configure_launcher(self) -> None:
+        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
+        if self._start_method == "popen":
+            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
+
+            assert self.cluster_environment is not None
+            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+        else:
+            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+
+            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
+
+    def setup_module(self, module: Module) -> DistributedDataParallel:
+        """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here."""
+        device_ids = None if self.root_device.type == "cpu" else [self.root_device.index]
+        wrapped = DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
+        self._wrapped.append(weakref.ref(wrapped))
+        return wrapped
+
+    def get_module_state_dict(self, module: Module) -> dict[str, Any]:
+        """The state dict of the module inside the DDP wrapper, without a ``module.`` prefix."""
+        if isinstance(module, DistributedDataParallel):
+            module = module.module
+        return module.state_dict()
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
+        if isinstance(module, DistributedDataParallel):
+            module = module.module
+        module.load_state_dict(state_dict, strict=strict)
+
+    def release_modules(self) -> None:
+        """Drop each DDP wrapper's reducer, which holds the process group alive past its destruction."""
+        for ref in self._wrapped:
+            wrapped = ref()
+            if wrapped is not None:
+                _release(wrapped)
+        self._wrapped.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Weak references cannot be pickled (spawn pickles the strategy); the workers wrap their own models.
+        state = super().__getstate__()
+        state["_wrapped"] = []
+        return state
+
+
+def _release(wrapped: DistributedDataParallel) -> None:
+    for name in ("logger", "reducer"):
+        if name in wrapped.__dict__:
+            delattr(wrapped, name)
+
+
+class DDPBackwardSyncControl(BackwardSyncControl):
+    """``fabric.no_backward_sync(model)`` for DDP: its ``no_sync()`` context."""
+
+    def no_backward_sync(self, module: Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
+        """Skip gradient synchronisation of ``module`` inside the block when ``enabled``.
+
+        Raises:
+            TypeError: ``module`` is not wrapped in ``DistributedDataParallel`` (not set up by Fabric).
+        """
+        if not enabled:
+            return contextlib.nullcontext()
+        if not isinstance(module, DistributedDataParallel):
+            raise TypeError(
+                "Blocking backward sync is only possible if the module passed to "
+                f"`{type(self).__name__}.no_backward_sync` is wrapped in `DistributedDataParallel`. "
+                f"Got: {type(module).__name__}."
+            )
+        sync_off: contextlib.AbstractContextManager[Any] = module.no_sync()
+        return sync_off

@@ -1,0 +1,113 @@
+"""DDPStrategy and DataParallelStrategy without processes: options, launchers, state dicts, single-process DP."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+import torch
+
+from fabric_core.accelerators.cpu import CPUAccelerator
+from fabric_core.environments.lightning import LightningEnvironment
+from fabric_core.errors import InvalidConfigError
+from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
+from fabric_core.precision.precision import Precision
+from fabric_core_ddp.ddp import DDPStrategy
+from fabric_core_ddp.dp import DataParallelStrategy
+
+CPU = torch.device("cpu")
+
+
+def connect(strategy: DDPStrategy | DataParallelStrategy, devices: int = 2) -> None:
+    strategy.connect(
+        accelerator=CPUAccelerator(),
+        precision=Precision(),
+        checkpoint_io=None,
+        cluster_environment=LightningEnvironment(),
+        parallel_devices=[CPU] * devices,
+        num_nodes=1,
+    )
+
+
+def test_unknown_start_method_lists_the_choices() -> None:
+    with pytest.raises(InvalidConfigError, match=r"'thread'.*'popen', 'spawn', 'fork', 'forkserver'"):
+        DDPStrategy(start_method="thread")
+
+
+@pytest.mark.parametrize("reserved", ["device_ids", "output_device"])
+def test_device_options_are_reserved_for_the_strategy(reserved: str) -> None:
+    with pytest.raises(InvalidConfigError, match=f"`{reserved}`.*Fabric\\(devices=...\\)"):
+        options: dict[str, Any] = {reserved: [0]}
+        DDPStrategy(**options)
+
+
+def test_popen_uses_the_subprocess_script_launcher() -> None:
+    strategy = DDPStrategy()
+    connect(strategy)
+    launcher = strategy.launcher
+    assert isinstance(launcher, SubprocessScriptLauncher)
+    assert (launcher.num_processes, launcher.num_nodes) == (2, 1)
+    assert launcher.cluster_environment is strategy.cluster_environment
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_multiprocessing_start_methods(start_method: str) -> None:
+    strategy = DDPStrategy(start_method=start_method)
+    connect(strategy)
+    assert isinstance(strategy.launcher, MultiProcessingLauncher)
+    assert strategy.launcher.start_method == start_method
+    assert strategy.launcher.strategy is strategy
+
+
+def test_ddp_options_are_kept() -> None:
+    strategy = DDPStrategy(static_graph=True, gradient_as_bucket_view=True)
+    assert strategy.ddp_kwargs == {"static_graph": True, "gradient_as_bucket_view": True}
+
+
+def test_backward_sync_control_needs_a_ddp_module() -> None:
+    control = DDPStrategy().backward_sync_control
+    assert control is not None
+    with control.no_backward_sync(torch.nn.Linear(1, 1), enabled=False):
+        pass
+    with pytest.raises(TypeError, match=r"DistributedDataParallel.*Linear"):
+        control.no_backward_sync(torch.nn.Linear(1, 1), enabled=True)
+
+
+def test_strategy_pickles_for_spawn() -> None:
+    strategy = DDPStrategy(start_method="spawn", static_graph=True)
+    connect(strategy)
+    copy = pickle.loads(pickle.dumps(strategy))
+    assert copy.ddp_kwargs == {"static_graph": True}
+    assert copy.launcher.strategy is copy
+    assert copy.world_size == 2
+
+
+def test_dp_is_one_process_with_identity_collectives() -> None:
+    strategy = DataParallelStrategy()
+    connect(strategy, devices=2)
+    assert strategy.single_process
+    assert strategy.launcher is None
+    assert (strategy.global_rank, strategy.world_size, strategy.root_device) == (0, 1, CPU)
+    assert strategy.distributed_sampler_kwargs is None
+    tensor = torch.ones(2)
+    assert strategy.all_reduce(tensor) is tensor
+    assert strategy.all_gather(tensor) is tensor
+    assert strategy.broadcast("x") == "x"
+    assert strategy.reduce_boolean_decision(False) is False
+    strategy.setup_environment()
+    assert not torch.distributed.is_initialized()
+
+
+def test_dp_wraps_in_data_parallel_and_saves_clean_keys() -> None:
+    strategy = DataParallelStrategy()
+    connect(strategy)
+    module = torch.nn.Linear(2, 1)
+    wrapped = strategy.setup_module(module)
+    assert isinstance(wrapped, torch.nn.DataParallel)
+    assert torch.equal(wrapped(torch.ones(1, 2)), module(torch.ones(1, 2)))  # no GPU: runs the module directly
+    state = strategy.get_module_state_dict(wrapped)
+    assert sorted(state) == ["bias", "weight"]
+    strategy.load_module_state_dict(wrapped, {k: torch.zeros_like(v) for k, v in state.items()})
+    assert module.weight.abs().sum() == 0
