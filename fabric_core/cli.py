@@ -119,10 +119,37 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--num-nodes", "--num_nodes", dest="num_nodes", default=1, type=int)
     ex.add_argument("--precision", default=None)
 
+    co = sub.add_parser(
+        "consolidate",
+        help="Turn a sharded checkpoint folder into one file that torch.load reads.",
+        description="Read a sharded (torch.distributed.checkpoint) folder whole and write "
+        "{'model': ..., 'optimizer': ..., extras} to one file. Never overwrites.",
+    )
+    co.add_argument("checkpoint_folder", help="The folder fabric.save wrote with a sharded strategy.")
+    co.add_argument(
+        "--output",
+        "--output_file",
+        dest="output",
+        default=None,
+        help="The file to write (default: <folder>.consolidated).",
+    )
+
     from fabric_core._run import add_run_parser
 
     add_run_parser(sub)
     return parser
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    from fabric_core.io.distributed import consolidate
+
+    try:
+        written = consolidate(args.checkpoint_folder, args.output)
+    except FileNotFoundError as exc:
+        print(f"fabric-core consolidate: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list_plugins(args, manager)
         if args.command == "explain":
             return _explain(args, manager)
+        if args.command == "consolidate":
+            return _consolidate(args)
         from fabric_core._run import run_command
 
         return run_command(args, manager)

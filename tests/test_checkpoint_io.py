@@ -132,8 +132,8 @@ def test_missing_checkpoint_raises_file_not_found(tmp_path: Path) -> None:
         TorchCheckpointIO().load_checkpoint(missing)
 
 
-def test_loading_a_folder_is_a_checkpoint_error(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="is a folder"):
+def test_loading_a_plain_folder_is_a_checkpoint_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="is a folder but not a sharded checkpoint"):
         TorchCheckpointIO().load_checkpoint(tmp_path)
 
 

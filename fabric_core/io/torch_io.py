@@ -132,9 +132,14 @@ class TorchCheckpointIO(CheckpointIO):
         if not target.exists():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
+            from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
+
+            if is_distributed_checkpoint(target):
+                # A sharded checkpoint read whole into this process: any strategy can resume from one.
+                return load_distributed_checkpoint(target, weights_only=weights_only)
             raise CheckpointError(
-                f"Checkpoint path {os.fspath(target)!r} is a folder, not a checkpoint file. A sharded "
-                "checkpoint is loaded by the strategy that wrote it (e.g. `fabric.load` with that strategy).",
+                f"Checkpoint path {os.fspath(target)!r} is a folder but not a sharded checkpoint (it has no "
+                "'.metadata' file written by `torch.distributed.checkpoint`).",
                 path=os.fspath(target),
                 reason="corrupt",
             )

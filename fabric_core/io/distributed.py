@@ -1,0 +1,190 @@
+"""Sharded (``torch.distributed.checkpoint``) checkpoint folders outside the strategy that wrote them.
+
+A sharded checkpoint is a folder: the DCP files (``.metadata`` and one ``__<rank>_0.distcp`` per writer)
+hold the model and optimizer tensors, and ``meta.pt`` (written by rank 0) holds everything else. Optimizer
+state in the folder is keyed by parameter name (what ``torch.distributed.checkpoint.state_dict`` produces);
+the functions here turn it into the usual ``optimizer.state_dict()`` form keyed by position, so that the
+result loads into a plain model and optimizer in one process.
+
+This module needs torch only (no process group, no FSDP), so any strategy — single-device and DDP included —
+reads a sharded checkpoint, and ``fabric-core consolidate`` works without the plugin that wrote it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+
+from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io.atomic import atomic_write
+
+__all__ = [
+    "META_FILE",
+    "consolidate",
+    "is_distributed_checkpoint",
+    "load_distributed_checkpoint",
+    "optimizer_state_by_name",
+    "optimizer_state_by_position",
+]
+
+#: The file of non-tensor values inside a sharded checkpoint folder.
+META_FILE: Final = "meta.pt"
+_DCP_METADATA: Final = ".metadata"
+PathLike = str | os.PathLike[str]
+
+
+def is_distributed_checkpoint(path: PathLike) -> bool:
+    """Whether ``path`` is a folder written by ``torch.distributed.checkpoint`` (it holds ``.metadata``)."""
+    return Path(path).is_dir() and (Path(path) / _DCP_METADATA).is_file()
+
+
+def checkpoint_keys(path: PathLike) -> set[str]:
+    """The top-level keys of the state saved in the DCP folder ``path`` (without reading the tensors)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    metadata = FileSystemReader(os.fspath(path)).read_metadata()
+    # DCP flattens nested state with "." between levels; the top-level key is what precedes the first dot,
+    # unless a key itself has dots, which the planner data records exactly.
+    planner_data = metadata.planner_data if isinstance(metadata.planner_data, Mapping) else {}
+    keys: set[str] = set()
+    for flat in metadata.state_dict_metadata:
+        path_in_state = planner_data.get(flat)
+        keys.add(str(path_in_state[0]) if path_in_state else flat.partition(".")[0])
+    return keys
+
+
+def _is_optimizer_state(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"state", "param_groups"}
+
+
+def optimizer_state_by_position(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """Turn an optimizer state dict keyed by parameter name into ``optimizer.state_dict()``'s form.
+
+    Positions follow the order of the names in ``param_groups`` (the optimizer's own order), so the result
+    loads into an optimizer built over the same parameters in the same order. A state dict already keyed by
+    position is returned unchanged.
+    """
+    names = [name for group in state_dict["param_groups"] for name in group["params"]]
+    if not all(isinstance(name, str) for name in names):
+        return state_dict
+    position = {name: index for index, name in enumerate(names)}
+    groups = []
+    for group in state_dict["param_groups"]:
+        groups.append({**group, "params": [position[name] for name in group["params"]]})
+    state = {position[name]: value for name, value in state_dict["state"].items() if name in position}
+    return {"state": state, "param_groups": groups}
+
+
+def optimizer_state_by_name(state_dict: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of :func:`optimizer_state_by_position`: key the state by ``names[position]``.
+
+    Args:
+        state_dict: An ``optimizer.state_dict()``-style dict (integer positions). A dict already keyed by
+            name is returned unchanged.
+        names: The parameter name at each position of the target optimizer.
+
+    Raises:
+        CheckpointError: The saved optimizer has a different number of parameters.
+    """
+    positions = [p for group in state_dict["param_groups"] for p in group["params"]]
+    if all(isinstance(p, str) for p in positions):
+        return state_dict
+    if len(positions) != len(names):
+        raise CheckpointError(
+            f"The checkpoint's optimizer state covers {len(positions)} parameters but the optimizer being "
+            f"restored has {len(names)}. Build the optimizer over the same parameters as the one saved."
+        )
+    name_of = dict(zip(sorted(positions), names))
+    groups = [{**group, "params": [name_of[p] for p in group["params"]]} for group in state_dict["param_groups"]]
+    state = {name_of[p]: value for p, value in state_dict["state"].items()}
+    return {"state": state, "param_groups": groups}
+
+
+def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = None) -> dict[str, Any]:
+    """Read a whole sharded checkpoint folder into one dict of CPU tensors, in this process alone.
+
+    Works with or without a process group and for any number of processes that wrote it. Optimizer states
+    come back keyed by position (see :func:`optimizer_state_by_position`), and the entries of ``meta.pt`` are
+    merged in.
+
+    Args:
+        path: The folder.
+        weights_only: How ``meta.pt`` is read (``None``/``True``: tensors and plain containers only).
+
+    Returns:
+        The checkpoint as ``fabric.save`` was given it: ``{"model": state_dict, "optimizer": ..., ...}``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CheckpointError: ``path`` is not a sharded checkpoint folder.
+    """
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"Checkpoint folder not found: {os.fspath(path)}")
+    if not is_distributed_checkpoint(folder):
+        raise CheckpointError(
+            f"{os.fspath(path)!r} is not a sharded checkpoint folder: it has no {_DCP_METADATA!r} file written by "
+            "`torch.distributed.checkpoint`.",
+            path=os.fspath(path),
+            reason="corrupt",
+        )
+    loaded: dict[str, Any] = {}
+    # The public `dcp.load` only fills keys the given dict already has; filling an empty dict from the
+    # metadata is what torch's own `dcp_to_torch_save` does with these two.
+    _load_state_dict(
+        loaded,
+        storage_reader=FileSystemReader(os.fspath(folder)),
+        planner=_EmptyStateDictLoadPlanner(),  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        no_dist=True,
+    )
+    for key, value in list(loaded.items()):
+        if _is_optimizer_state(value):
+            loaded[key] = optimizer_state_by_position(value)
+    meta = folder / META_FILE
+    if meta.is_file():
+        from fabric_core.io.torch_io import TorchCheckpointIO
+
+        loaded.update(TorchCheckpointIO().load_checkpoint(meta, weights_only=weights_only))
+    return loaded
+
+
+def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_only: bool | None = None) -> Path:
+    """Turn a sharded checkpoint folder into one file that ``torch.load`` (and ``fabric.load``) reads anywhere.
+
+    The file holds ``{"model": state_dict, "optimizer": state_dict, **extras}`` with plain CPU tensors;
+    optimizer states are keyed by position, as ``optimizer.state_dict()`` is.
+
+    Args:
+        folder: The sharded checkpoint folder.
+        output: The file to write; by default ``<folder>.consolidated`` next to the folder.
+        weights_only: How ``meta.pt`` is read.
+
+    Returns:
+        The path written.
+
+    Raises:
+        InvalidConfigError: ``output`` exists already (it is never overwritten).
+        FileNotFoundError: ``folder`` does not exist.
+        CheckpointError: ``folder`` is not a sharded checkpoint folder.
+    """
+    source = Path(folder)
+    target = Path(output) if output is not None else source.with_name(source.name + ".consolidated")
+    if target.exists():
+        raise InvalidConfigError(
+            f"`consolidate({os.fspath(folder)!r}, output={os.fspath(target)!r})`: the output already exists and is "
+            "never overwritten. Choose another output path or delete it first.",
+            argument="output",
+            value=os.fspath(target),
+        )
+    checkpoint = load_distributed_checkpoint(source, weights_only=weights_only)
+    with atomic_write(target) as file:
+        torch.save(checkpoint, file)
+    return target

@@ -1,0 +1,33 @@
+"""Fully sharded data parallel (FSDP2) and tensor parallelism for fabric-core.
+
+The strategy modules import torch, so they are loaded on first access of their names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from fabric_core.io.distributed import consolidate, load_distributed_checkpoint
+    from fabric_core_fsdp.fsdp import FSDPStrategy
+    from fabric_core_fsdp.model_parallel import ModelParallelStrategy
+    from fabric_core_fsdp.precision import FSDPPrecision
+
+__all__ = ["FSDPPrecision", "FSDPStrategy", "ModelParallelStrategy", "consolidate", "load_distributed_checkpoint"]
+__version__ = "0.1.0"
+
+_LAZY: Final = {
+    "FSDPStrategy": "fabric_core_fsdp.fsdp",
+    "FSDPPrecision": "fabric_core_fsdp.precision",
+    "ModelParallelStrategy": "fabric_core_fsdp.model_parallel",
+    "consolidate": "fabric_core.io.distributed",
+    "load_distributed_checkpoint": "fabric_core.io.distributed",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

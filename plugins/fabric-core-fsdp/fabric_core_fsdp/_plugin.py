@@ -1,0 +1,109 @@
+"""Registration of the FSDP strategies and their precision: strings only, so discovery never imports torch."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Final
+
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Registry
+    from fabric_core._selection import SelectionContext
+
+_FSDP: Final = "fabric_core_fsdp.fsdp:FSDPStrategy"
+_MODEL_PARALLEL: Final = "fabric_core_fsdp.model_parallel:ModelParallelStrategy"
+_PRECISION: Final = "fabric_core_fsdp.precision:FSDPPrecision"
+# fully_shard and DTensor became public in torch.distributed.fsdp / torch.distributed.tensor in 2.6.
+_REQUIRES: Final = ("torch>=2.6",)
+#: The precision strings FSDPPrecision serves, each registered as ``fsdp-<precision>``.
+FSDP_PRECISIONS: Final = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
+#: What ModelParallelStrategy runs with (the core's precision classes; the user's parallelize_fn decides
+#: any FSDP mixed-precision policy itself).
+MODEL_PARALLEL_PRECISIONS: Final = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+
+
+def _is_subclass_of(cls: type | None, module: str, name: str) -> bool:
+    """Whether ``cls`` derives from ``module.name``, decided from its MRO so nothing is imported."""
+    if cls is None:
+        return False
+    return any(base.__module__ == module and base.__name__ == name for base in cls.__mro__)
+
+
+def is_fsdp(cls: type | None) -> bool:
+    """Whether ``cls`` is :class:`~fabric_core_fsdp.fsdp.FSDPStrategy` or a subclass of it."""
+    return _is_subclass_of(cls, "fabric_core_fsdp.fsdp", "FSDPStrategy")
+
+
+def is_model_parallel(cls: type | None) -> bool:
+    """Whether ``cls`` is :class:`~fabric_core_fsdp.model_parallel.ModelParallelStrategy` or a subclass."""
+    return _is_subclass_of(cls, "fabric_core_fsdp.model_parallel", "ModelParallelStrategy")
+
+
+@hookimpl
+def fabric_core_register_strategies(registry: Registry) -> None:
+    """Register ``fsdp``, ``fsdp_cpu_offload`` and ``model_parallel``."""
+    registry.add(
+        "fsdp",
+        _FSDP,
+        description="Fully sharded data parallel (FSDP2 fully_shard); the script runs again once per device.",
+        defaults={"start_method": "popen"},
+        requires=_REQUIRES,
+    )
+    registry.add(
+        "fsdp_cpu_offload",
+        _FSDP,
+        description="fsdp with parameters, gradients and optimizer state offloaded to CPU memory (needs a GPU).",
+        defaults={"start_method": "popen", "cpu_offload": True},
+        requires=_REQUIRES,
+    )
+    registry.add(
+        "model_parallel",
+        _MODEL_PARALLEL,
+        description="Tensor parallel + FSDP2 over a 2-D device mesh, applied by your parallelize_fn(model, mesh).",
+        defaults={"start_method": "popen"},
+        requires=_REQUIRES,
+    )
+
+
+@hookimpl
+def fabric_core_register_precisions(registry: Registry) -> None:
+    """Register ``fsdp-32-true``, ``fsdp-bf16-mixed``, ... (chosen for FSDP by the selection hook)."""
+    for precision in FSDP_PRECISIONS:
+        registry.add(
+            f"fsdp-{precision}",
+            _PRECISION,
+            description=f"{precision} under FSDP: an FSDP2 MixedPrecisionPolicy (+ grad scaler for 16-mixed).",
+            defaults={"precision": precision},
+            requires=_REQUIRES,
+        )
+
+
+@hookimpl
+def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | None:
+    """Under an FSDPStrategy, serve the five FSDP precisions with ``FSDPPrecision``; leave others alone."""
+    if not is_fsdp(context.strategy_class) or requested not in FSDP_PRECISIONS:
+        return None
+    if requested == "16-mixed" and context.device_type == "cpu":
+        warnings.warn(
+            "You passed `Fabric(accelerator='cpu', strategy='fsdp', precision='16-mixed')` but fp16 autocast is not "
+            "supported on CPU. Using `precision='bf16-mixed'` instead.",
+            FabricCoreWarning,
+            stacklevel=2,
+        )
+        return "fsdp-bf16-mixed"
+    return f"fsdp-{requested}"
+
+
+@hookimpl
+def fabric_core_validate_selection(context: SelectionContext) -> None:
+    """Reject the precisions ModelParallelStrategy cannot run."""
+    if is_model_parallel(context.strategy_class) and context.precision not in MODEL_PARALLEL_PRECISIONS:
+        raise InvalidConfigError(
+            f"`Fabric(strategy={context.strategy!r}, precision={context.precision!r})`: the model-parallel "
+            f"strategy supports the precisions {', '.join(repr(p) for p in MODEL_PARALLEL_PRECISIONS)}. Choose "
+            "one of them (for fp16 with loss scaling use `strategy='fsdp'`).",
+            argument="precision",
+            value=context.precision,
+        )

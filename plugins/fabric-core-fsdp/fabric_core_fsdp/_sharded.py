@@ -1,0 +1,348 @@
+"""The base of the FSDP and model-parallel strategies: sharded (DTensor) parameters end to end.
+
+Modules are created on the meta device if asked, sharded by the subclass, clipped and gathered across shards,
+and checkpointed as a DCP folder or one full file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch import Tensor
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core_fsdp import _state
+from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.io.checkpoint_io import CheckpointIO
+    from fabric_core.precision.precision import Precision
+
+__all__ = ["START_METHODS", "STATE_DICT_TYPES", "ShardedStrategy"]
+
+#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+STATE_DICT_TYPES: Final = ("sharded", "full")
+# Wrappers that put a segment into parameter names but not into state-dict keys.
+_NAME_SEGMENTS: Final = ("_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def clean_name(name: str) -> str:
+    """A parameter name without the segments that activation checkpointing and ``torch.compile`` add."""
+    for segment in _NAME_SEGMENTS:
+        name = name.replace(segment, "")
+    return name
+
+
+class ShardedStrategy(ParallelStrategy):
+    """The base of strategies whose parameters are DTensors sharded over a device mesh.
+
+    Subclasses build the mesh in :meth:`setup_environment` and shard modules in :meth:`shard_module`.
+
+    Args:
+        start_method: ``"popen"`` (run the script again per device), ``"spawn"``, ``"fork"``, ``"forkserver"``.
+        state_dict_type: ``"sharded"`` saves a folder (one file per rank, any number of processes can load it);
+            ``"full"`` gathers everything on rank 0 and writes one file.
+        Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
+
+    Raises:
+        InvalidConfigError: An unknown ``start_method`` or ``state_dict_type``.
+    """
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        start_method: str = "popen",
+        state_dict_type: str = "sharded",
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+        )
+        name = type(self).__name__
+        for argument, value, choices in (
+            ("start_method", start_method, START_METHODS),
+            ("state_dict_type", state_dict_type, STATE_DICT_TYPES),
+        ):
+            if value not in choices:
+                raise InvalidConfigError(
+                    f"`{name}({argument}={value!r})` is not supported. "
+                    f"Valid choices: {', '.join(repr(c) for c in choices)}.",
+                    argument=argument,
+                    value=value,
+                )
+        self._start_method = start_method
+        self._state_dict_type = state_dict_type
+        self._device_mesh: DeviceMesh | None = None
+        self._modules: list[weakref.ReferenceType[Module]] = []
+        self._backward_sync_control = ShardedBackwardSyncControl()
+
+    @property
+    def start_method(self) -> str:
+        return self._start_method
+
+    @property
+    def state_dict_type(self) -> str:
+        """``"sharded"`` or ``"full"``: how :meth:`save_checkpoint` writes."""
+        return self._state_dict_type
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        """The device mesh the parameters are sharded over (exists after :meth:`setup_environment`).
+
+        Raises:
+            RuntimeError: Accessed before the processes were launched.
+        """
+        if self._device_mesh is None:
+            raise RuntimeError(
+                f"`{type(self).__name__}.device_mesh` exists once the processes run: call `fabric.launch()` first."
+            )
+        return self._device_mesh
+
+    @property
+    def modules(self) -> list[Module]:
+        """The modules this strategy has set up and that are still alive."""
+        return [m for m in (ref() for ref in self._modules) if m is not None]
+
+    def configure_launcher(self) -> None:
+        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
+        if self._start_method == "popen":
+            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
+
+            assert self.cluster_environment is not None
+            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+        else:
+            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+
+            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
+
+    # -- modules and optimizers ----------------------------------------------------------------------------
+    def shard_module(self, module: Module) -> Module:
+        """Turn the module's parameters into sharded DTensors (subclasses decide how)."""
+        raise NotImplementedError
+
+    def setup_module(self, module: Module) -> Module:
+        """Shard ``module``, then materialise what was created on the meta device (see :meth:`module_init_context`)."""
+        module = self.shard_module(module)
+        self._materialize(module)
+        self._modules.append(weakref.ref(module))
+        return module
+
+    def setup_module_and_optimizers(
+        self, module: Module, optimizers: list[Optimizer], scheduler: Any = None
+    ) -> tuple[Module, list[Optimizer], Any]:
+        """Shard the module and point optimizers created before that at the new (DTensor) parameters.
+
+        Raises:
+            InvalidConfigError: An optimizer already has state (it stepped before the model was sharded), or
+                holds a parameter that is not in the module.
+        """
+        names = {id(p): clean_name(n) for n, p in module.named_parameters()}
+        for optimizer in optimizers:
+            if optimizer.state:
+                raise InvalidConfigError(
+                    f"`fabric.setup(model, optimizer)` with `{type(self).__name__}`: the optimizer already has state "
+                    "(it stepped before the model was sharded), which cannot be moved onto the shards. Set up the "
+                    "model and optimizer before training, or create the optimizer after `fabric.setup_module(model)`.",
+                    argument="optimizers",
+                )
+            if any(id(p) not in names for group in optimizer.param_groups for p in group["params"]):
+                raise InvalidConfigError(
+                    "`fabric.setup(model, optimizer)`: the optimizer holds parameters that are not in the model, so "
+                    "they cannot be matched with their shards. Create the optimizer after "
+                    "`model = fabric.setup_module(model)` and set it up with `fabric.setup_optimizers(optimizer)`.",
+                    argument="optimizers",
+                )
+        module = self.setup_module(module)
+        sharded = {clean_name(n): p for n, p in module.named_parameters()}
+        for optimizer in optimizers:
+            for group in optimizer.param_groups:
+                group["params"] = [sharded[names[id(p)]] for p in group["params"]]
+        return module, [self.setup_optimizer(o) for o in optimizers], scheduler
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """Check that the optimizer updates the sharded parameters.
+
+        Raises:
+            InvalidConfigError: It references no DTensor parameter (it was created before the model was set up).
+        """
+        if not any(isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"]):
+            raise InvalidConfigError(
+                f"The optimizer does not seem to reference any sharded parameters of `{type(self).__name__}`. HINT: "
+                "create the optimizer after setting up the model, from the parameters it has then: "
+                "`model = fabric.setup_module(model)`, `optimizer = torch.optim.AdamW(model.parameters())`, "
+                "`optimizer = fabric.setup_optimizers(optimizer)`; or pass both at once: "
+                "`fabric.setup(model, optimizer)`.",
+                argument="optimizer",
+            )
+        return optimizer
+
+    def module_to_device(self, module: Module) -> None:
+        """Nothing: sharding moves each shard to this process's device (a whole model might not fit there)."""
+
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """With ``empty_init=True`` modules are created on the meta device: no memory until they are sharded.
+
+        :meth:`setup_module` then allocates each rank's shards and calls ``reset_parameters()`` on every
+        submodule that has one. Without it, modules are created on this process's device and initialised.
+        """
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.device("meta") if empty_init else self.root_device)
+        stack.enter_context(self.precision.module_init_context())
+        return stack
+
+    def _materialize(self, module: Module) -> None:
+        if not any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+            return
+        module.to_empty(device=self.root_device)
+        uninitialized: list[str] = []
+        with torch.no_grad(), warnings.catch_warnings():
+            # Each rank initialises its own shards; DTensor's notice about CPU random ops does not apply.
+            warnings.filterwarnings("ignore", message="DTensor random operators")
+            for sub in module.modules():
+                has_state = any(True for _ in sub.parameters(recurse=False)) or any(True for _ in sub.buffers(False))
+                reset = getattr(sub, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+                elif has_state:
+                    uninitialized.append(type(sub).__name__)
+        if uninitialized:
+            rank_zero_warn(
+                "Parameter initialization incomplete: these modules were created with `empty_init=True` and define "
+                f"no `reset_parameters()`, so their parameters or buffers hold uninitialized memory: "
+                f"{sorted(set(uninitialized))}. Load a checkpoint into the model or initialise them yourself."
+            )
+
+    # -- gradients ------------------------------------------------------------------------------------------
+    def clip_gradients_norm(
+        self,
+        module: Module,
+        optimizer: Optimizer,
+        max_norm: float | int,
+        norm_type: float | int = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor:
+        """Clip by the total norm over all shards (the norm of the unsharded gradients); return that norm.
+
+        Raises:
+            RuntimeError: The norm is not finite and ``error_if_nonfinite`` (on every rank alike).
+        """
+        self.precision.unscale_gradients(optimizer)
+        parameters = list(self.precision.main_params(optimizer))
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = total_norm(grads, float(norm_type))
+        if error_if_nonfinite and not bool(torch.isfinite(total)):
+            raise RuntimeError(
+                f"The total norm of order {float(norm_type)} for gradients from `parameters` is non-finite, so it "
+                "cannot be clipped. To disable this error and scale the gradients by the non-finite norm anyway, "
+                "set `error_if_nonfinite=False`"
+            )
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+        return total
+
+    def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float | int) -> None:
+        """Clamp every gradient element (each rank its shards) to ``[-clip_val, clip_val]``."""
+        self.precision.unscale_gradients(optimizer)
+        with torch.no_grad():
+            for p in self.precision.main_params(optimizer):
+                if p.grad is not None:
+                    local(p.grad).clamp_(-clip_val, clip_val)
+
+    # -- gathered parameters ---------------------------------------------------------------------------------
+    def gathered_parameters(
+        self, params: Iterable[Tensor], modifier_rank: int | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context in which the modules holding ``params`` have their full parameters (all ranks must enter).
+
+        Inside, read the parameters through the modules (``model.layer.weight``): FSDP swaps in whole
+        tensors. With ``modifier_rank``, that rank's changes inside the block are written back to the shards
+        of every rank on exit; otherwise changes are discarded.
+        """
+        return gathered(self.modules, params, modifier_rank)
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def save_checkpoint(
+        self,
+        path: str | os.PathLike[str],
+        state: Mapping[str, Any],
+        storage_options: Any = None,
+        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Save ``state`` as a sharded folder or, with ``state_dict_type="full"``, one file written by rank 0.
+
+        Must be called on every rank.
+
+        Raises:
+            TypeError: ``storage_options`` was given.
+            InvalidConfigError: ``filter`` with a sharded checkpoint (it works with ``state_dict_type="full"``).
+        """
+        if storage_options is not None:
+            raise TypeError(
+                f"`{type(self).__name__}.save_checkpoint(..., storage_options={storage_options!r})`: "
+                "`storage_options` is not supported. Pass `storage_options=None`."
+            )
+        if self._state_dict_type == "full":
+            _state.save_full(self, path, state, filter)
+            return
+        if filter is not None:
+            raise InvalidConfigError(
+                f"`fabric.save(..., filter=...)` is not supported with `{type(self).__name__}"
+                "(state_dict_type='sharded')`: each rank writes its shards as they are. Save with "
+                "`state_dict_type='full'` to filter, or filter after `consolidate(...)`.",
+                argument="filter",
+                value=filter,
+            )
+        _state.save_sharded(self, path, state)
+
+    def load_checkpoint(
+        self,
+        path: str | os.PathLike[str],
+        state: Module | Optimizer | dict[str, Any] | None = None,
+        strict: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Restore ``state`` from a sharded folder (written by any number of processes) or a full file.
+
+        Must be called on every rank. Returns the checkpoint entries ``state`` did not ask for (the whole
+        checkpoint, in CPU memory, when ``state`` is empty).
+        """
+        return _state.load(self, path, state, strict=strict, weights_only=weights_only)
+
+    # -- teardown and pickling ------------------------------------------------------------------------------
+    def release_modules(self) -> None:
+        """Forget the set-up modules and the mesh, which belong to the process group being destroyed."""
+        self._modules.clear()
+        self._device_mesh = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawn pickles the strategy: weak references cannot be, and the mesh belongs to a process group.
+        state = self.__dict__.copy()
+        state["_modules"] = []
+        state["_device_mesh"] = None
+        return state

@@ -1,0 +1,150 @@
+"""Tensor parallelism and FSDP2 over a 2-D device mesh, applied by the user's ``parallelize_fn``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.nn import Module
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT
+from fabric_core_fsdp._sharded import ShardedStrategy
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.io.checkpoint_io import CheckpointIO
+    from fabric_core.precision.precision import Precision
+
+__all__ = ["MESH_DIMS", "ModelParallelStrategy"]
+
+#: Names of the mesh dimensions; ``fabric.strategy.device_mesh["tensor_parallel"]`` is the TP sub-mesh.
+MESH_DIMS: Final = ("data_parallel", "tensor_parallel")
+
+
+def _size(value: int | str, argument: str) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(
+            f"`ModelParallelStrategy({argument}={value!r})` must be a positive int or 'auto'.",
+            argument=argument,
+            value=value,
+        )
+    return value
+
+
+class ModelParallelStrategy(ShardedStrategy):
+    """Runs a user function that parallelises the model over a ``(data_parallel, tensor_parallel)`` mesh.
+
+    ``parallelize_fn(model, device_mesh)`` applies tensor parallelism (``parallelize_module`` with
+    ``ColwiseParallel``/``RowwiseParallel`` over ``device_mesh["tensor_parallel"]``) and FSDP2
+    (``fully_shard(..., mesh=device_mesh["data_parallel"])``), and returns the model. Processes of one
+    tensor-parallel group read the same batches: the distributed sampler splits the data over the
+    data-parallel dimension only. Checkpoints work as for FSDP.
+
+    Args:
+        parallelize_fn: ``(model, device_mesh) -> model``.
+        data_parallel_size: Size of the data-parallel dimension; ``"auto"``: the number of nodes (or what is
+            left after ``tensor_parallel_size``).
+        tensor_parallel_size: Size of the tensor-parallel dimension; ``"auto"``: the devices per node (or what
+            is left after ``data_parallel_size``).
+        save_distributed_checkpoint: ``True`` saves a sharded folder; ``False`` one full file from rank 0.
+        start_method: ``"popen"`` (the script runs again per device), or ``"spawn"``/``"fork"``/``"forkserver"``.
+        Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
+
+    Raises:
+        InvalidConfigError: No ``parallelize_fn``, or sizes that are not positive ints or ``"auto"``.
+    """
+
+    def __init__(
+        self,
+        parallelize_fn: Callable[[Module, DeviceMesh], Module] | None = None,
+        data_parallel_size: int | str = "auto",
+        tensor_parallel_size: int | str = "auto",
+        save_distributed_checkpoint: bool = True,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        start_method: str = "popen",
+    ) -> None:
+        if not callable(parallelize_fn):
+            raise InvalidConfigError(
+                f"`ModelParallelStrategy(parallelize_fn={parallelize_fn!r})` needs a function `(model, device_mesh) -> "
+                "model` that applies tensor parallelism and/or `fully_shard`, e.g. "
+                "`Fabric(strategy=fabric_core.spec('model_parallel', parallelize_fn=parallelize))`.",
+                argument="parallelize_fn",
+                value=parallelize_fn,
+            )
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            state_dict_type="sharded" if save_distributed_checkpoint else "full",
+        )
+        self._parallelize_fn = parallelize_fn
+        self._data_parallel_size = _size(data_parallel_size, "data_parallel_size")
+        self._tensor_parallel_size = _size(tensor_parallel_size, "tensor_parallel_size")
+
+    @property
+    def mesh_shape(self) -> tuple[int, int]:
+        """``(data_parallel_size, tensor_parallel_size)`` with ``"auto"`` resolved.
+
+        Raises:
+            InvalidConfigError: The sizes do not multiply to the world size.
+        """
+        dp, tp = self._data_parallel_size, self._tensor_parallel_size
+        world = self.world_size
+        if dp is None and tp is None:
+            dp, tp = self.num_nodes, self.num_processes
+        elif dp is None:
+            assert tp is not None
+            dp = max(world // tp, 1)
+        elif tp is None:
+            tp = max(world // dp, 1)
+        if dp * tp != world:
+            raise InvalidConfigError(
+                f"`ModelParallelStrategy(data_parallel_size={dp}, tensor_parallel_size={tp})`: {dp} x {tp} = {dp * tp} "
+                f"ranks but the job has {world} ({self.num_nodes} node(s) x {self.num_processes} device(s)).",
+                argument="tensor_parallel_size",
+                value=tp,
+            )
+        return dp, tp
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Split the data over the data-parallel dimension: a tensor-parallel group reads the same samples."""
+        dp, tp = self.mesh_shape
+        return {"num_replicas": dp, "rank": self.global_rank // tp}
+
+    def setup_environment(self) -> None:
+        """Join the process group, then build the 2-D device mesh."""
+        super().setup_environment()
+        self._device_mesh = init_device_mesh(self.root_device.type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
+
+    def shard_module(self, module: Module) -> Module:
+        """Call ``parallelize_fn(module, device_mesh)``.
+
+        Raises:
+            TypeError: ``parallelize_fn`` returned something other than a module.
+        """
+        result = self._parallelize_fn(module, self.device_mesh)
+        if not isinstance(result, Module):
+            raise TypeError(
+                "`parallelize_fn` must return the parallelized model (a `torch.nn.Module`), got "
+                f"{type(result).__name__}."
+            )
+        return result

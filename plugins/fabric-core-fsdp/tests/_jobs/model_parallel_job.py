@@ -1,0 +1,97 @@
+"""Two processes run Fabric(strategy="model_parallel"): tensor parallel over 2 ranks + FSDP2 over the data dimension.
+
+Writes OUTDIR/rank<N>.json, OUTDIR/sharded (folder), OUTDIR/full.pt and OUTDIR/reference.pt (rank 0).
+Usage: python model_parallel_job.py OUTDIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from _common import batches, loss_fn, max_difference
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from fabric_core import Fabric, spec
+from fabric_core.environments.lightning import LightningEnvironment
+from fabric_core.precision.precision import Precision
+from fabric_core_fsdp import ModelParallelStrategy
+
+
+def make_mlp(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def parallelize(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    parallelize_module(model, mesh["tensor_parallel"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["data_parallel"])
+    return model
+
+
+def main(fabric: Fabric, outdir: str) -> None:
+    rank = fabric.global_rank
+    strategy = fabric.strategy
+    assert isinstance(strategy, ModelParallelStrategy)
+    out: dict[str, Any] = {"rank": rank, "mesh": list(strategy.mesh_shape)}
+    out["mesh_dims"] = list(strategy.device_mesh.mesh_dim_names or ())
+    out["sampler"] = strategy.distributed_sampler_kwargs
+    model: Any = fabric.setup_module(make_mlp())
+    reference = make_mlp()
+    optimizer: Any = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=0.01))
+    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=0.01)
+    out["local_numel"] = sum(p.to_local().numel() for p in model.parameters())
+    out["total_numel"] = sum(p.numel() for p in reference.parameters())
+    out["all_dtensor"] = all(isinstance(p, DTensor) for p in model.parameters())
+    norms = []
+    for x, y in batches(3):  # a tensor-parallel group reads the same batch
+        fabric.backward(loss_fn(model(x), y))
+        norm: Any = fabric.clip_gradients(model, optimizer, max_norm=0.1)
+        norms.append(float(norm))
+        optimizer.step()
+        optimizer.zero_grad()
+        torch.autograd.backward(loss_fn(reference(x), y))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm=0.1)))
+        ref_optimizer.step()
+        ref_optimizer.zero_grad()
+    out["norms"] = norms
+    out["diff"] = max_difference(model, reference)
+
+    folder = Path(outdir, "sharded")
+    fabric.save(folder, {"model": model, "optimizer": optimizer, "step": 3})
+    full = ModelParallelStrategy(parallelize, save_distributed_checkpoint=False)
+    full.connect(
+        accelerator=fabric.accelerator,
+        precision=Precision(),
+        checkpoint_io=None,
+        cluster_environment=strategy.cluster_environment or LightningEnvironment(),
+        parallel_devices=strategy.parallel_devices or [],
+        num_nodes=1,
+    )
+    full.save_checkpoint(Path(outdir, "full.pt"), {"model": model, "optimizer": optimizer, "step": 3})
+    if fabric.is_global_zero:
+        torch.save(
+            {"model": reference.state_dict(), "optimizer": ref_optimizer.state_dict()}, Path(outdir, "reference.pt")
+        )
+    loaded: Any = fabric.setup_module(make_mlp(seed=4))
+    loaded_optimizer: Any = fabric.setup_optimizers(torch.optim.AdamW(loaded.parameters(), lr=0.5))
+    state: dict[str, Any] = {"model": loaded, "optimizer": loaded_optimizer, "step": 0}
+    fabric.load(folder, state)
+    out["loaded_step"] = state["step"]
+    out["loaded_diff"] = max_difference(loaded, reference)
+    out["loaded_lr"] = loaded_optimizer.param_groups[0]["lr"]
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    fabric = Fabric(
+        accelerator="cpu", devices=2, strategy=spec("model_parallel", parallelize_fn=parallelize, start_method="fork")
+    )
+    fabric.launch(main, sys.argv[1])
