@@ -1,0 +1,171 @@
+"""How a user's ``state`` dict maps onto a DeepSpeed checkpoint folder, and back.
+
+DeepSpeed writes the engine's module and optimizer itself, one file per rank. Everything else in the
+state (a step counter, a scheduler, another module) goes into DeepSpeed's ``client_state``, under a single
+key of ours so that no user key can overwrite one of DeepSpeed's own (``global_steps``, ``lr_scheduler``...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from fabric_core.io.restore import restore_state
+
+if TYPE_CHECKING:
+    from fabric_core_deepspeed.strategy import DeepSpeedStrategy
+
+__all__ = [
+    "DEEPSPEED_KEYS",
+    "META_KEY",
+    "TAG",
+    "Layout",
+    "check_folder",
+    "extras_from_client_state",
+    "load_folder",
+    "model_states_file",
+    "split_state",
+]
+
+#: The tag (sub-folder) every checkpoint of this strategy is written under.
+TAG: Final = "checkpoint"
+#: The one ``client_state`` key holding the user's extras and the layout of their state.
+META_KEY: Final = "fabric_core_deepspeed"
+#: Top-level keys DeepSpeed writes into its model-states file; a checkpoint without :data:`META_KEY` (written
+#: by Lightning) keeps the user's extras next to them.
+DEEPSPEED_KEYS: Final = frozenset(
+    {
+        "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes", "shared_params",
+        "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
+        "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config",
+        "ds_version", "mp_rank", "zero_stage",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class Layout:
+    """Where the engine sits in a user's state dict, and what else the state holds."""
+
+    module_key: str
+    engine: Any
+    optimizer_key: str | None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def meta(self, extras: Mapping[str, Any]) -> dict[str, Any]:
+        """What goes under :data:`META_KEY`: the layout and the converted extras."""
+        return {"module": self.module_key, "optimizer": self.optimizer_key, "state": dict(extras)}
+
+
+def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -> Layout:
+    """Find the one DeepSpeed engine in ``state`` (as the engine or as the module it wraps).
+
+    Args:
+        state: The user's state: the model, maybe its optimizer, and anything else.
+        engines: The engines this strategy created.
+        action: ``"save"`` or ``"load"``, for the error messages.
+
+    Raises:
+        ValueError: ``state`` holds no engine, or more than one.
+    """
+    known = list(engines)
+    found: list[tuple[str, Any]] = []
+    for key, value in state.items():
+        engine = next((e for e in known if value is e or value is e.module), None)
+        if engine is not None:
+            found.append((key, engine))
+    if not found:
+        raise ValueError(
+            f"Could not find a DeepSpeed model in the provided checkpoint state. Please provide the model as part "
+            f"of the state like so: `fabric.{action}(..., state={{'model': model, ...}})`. Make sure you set up the "
+            f"model (and optimizer if any) through `fabric.setup(model, optimizer)` before you {action} the "
+            "checkpoint."
+        )
+    if len(found) > 1:
+        raise ValueError(
+            f"Found multiple DeepSpeed engine modules in the given state ({', '.join(repr(k) for k, _ in found)}). "
+            "Saving checkpoints with DeepSpeed is currently limited to a single model per checkpoint. To save "
+            "multiple models, call the save method for each model separately with a different path."
+        )
+    module_key, engine = found[0]
+    optimizer_key = next((k for k, v in state.items() if v is not None and v is engine.optimizer), None)
+    extras = {k: v for k, v in state.items() if k not in (module_key, optimizer_key)}
+    return Layout(module_key, engine, optimizer_key, extras)
+
+
+def load_folder(strategy: DeepSpeedStrategy, folder: Path, state: dict[str, Any], strict: bool) -> dict[str, Any]:
+    """Restore ``state`` from a checkpoint folder: DeepSpeed restores the engine (and its optimizer when ``state``
+    holds it); the other entries come from the client state, in place. Returns the extras not asked for.
+
+    Raises:
+        ValueError: ``state`` holds no engine of ``strategy``, or more than one.
+        KeyError: With ``strict``, ``state`` asks for an extra the checkpoint lacks.
+        RuntimeError: DeepSpeed could not read the folder.
+    """
+    layout = split_state(state, strategy._engines, "load")
+    _, client_state = layout.engine.load_checkpoint(
+        os.fspath(folder),
+        tag=TAG,
+        load_optimizer_states=layout.optimizer_key is not None,
+        load_lr_scheduler_states=False,
+        load_module_strict=strict,
+    )
+    if client_state is None:
+        raise RuntimeError(
+            f"DeepSpeed was unable to load the checkpoint {os.fspath(folder)!r}. Ensure you passed in a DeepSpeed "
+            "checkpoint folder, or a single consolidated checkpoint file."
+        )
+    _, extras = extras_from_client_state(client_state)
+    wanted = dict(layout.extras)
+    remainder = restore_state(strategy, wanted, extras, strict=strict)
+    state.update(wanted)
+    return remainder
+
+
+def extras_from_client_state(client_state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return ``(meta, extras)`` from what ``engine.load_checkpoint`` returned as the client state.
+
+    A checkpoint written by Lightning has no :data:`META_KEY`: its extras are the keys DeepSpeed does not own.
+    """
+    meta = client_state.get(META_KEY)
+    if isinstance(meta, dict) and isinstance(meta.get("state"), dict):
+        return meta, dict(meta["state"])
+    extras = {k: v for k, v in client_state.items() if k not in DEEPSPEED_KEYS}
+    return {"module": None, "optimizer": None, "state": extras}, extras
+
+
+def check_folder(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``.
+
+    Raises:
+        FileNotFoundError: Nothing exists at ``path``, or it is a folder without the checkpoint's tag.
+    """
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"The DeepSpeed checkpoint folder {os.fspath(path)!r} does not exist.")
+    if not (folder / TAG).is_dir():
+        raise FileNotFoundError(
+            f"{os.fspath(path)!r} is not a DeepSpeed checkpoint written by `fabric.save` with the DeepSpeed "
+            f"strategy: it has no {TAG!r} sub-folder. Pass the folder given to `fabric.save(path, ...)`, or a "
+            "single file consolidated with `fabric_core_deepspeed.consolidate(folder, output)`."
+        )
+    return folder
+
+
+def model_states_file(folder: Path, tag: str = TAG) -> Path:
+    """The file holding rank 0's module state and the client state (named by ZeRO stage 3 or not).
+
+    Raises:
+        FileNotFoundError: Neither file exists under ``folder/tag``.
+    """
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
+        candidate = folder / tag / name
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{os.fspath(folder / tag)!r} holds no DeepSpeed model-states file (mp_rank_00_model_states.pt); is it a "
+        "complete DeepSpeed checkpoint?"
+    )

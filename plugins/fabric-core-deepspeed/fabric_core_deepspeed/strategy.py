@@ -1,0 +1,575 @@
+"""DeepSpeed's ZeRO: optimizer states, gradients and (stage 3) parameters sharded across processes."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabric_core.errors import InvalidConfigError
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core_deepspeed import _checkpoint, _config
+from fabric_core_deepspeed.precision import DeepSpeedPrecision
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.environments.environment import ClusterEnvironment
+    from fabric_core.io.checkpoint_io import CheckpointIO
+    from fabric_core.precision.precision import Precision
+
+__all__ = ["DeepSpeedStrategy"]
+
+#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+PathLike = str | os.PathLike[str]
+
+
+class DeepSpeedStrategy(ParallelStrategy):
+    """Train with DeepSpeed's ZeRO: each process holds a shard of the optimizer state (stage 1), also of the
+    gradients (stage 2), and also of the parameters (stage 3); shards can be offloaded to CPU or NVMe.
+
+    The model and its one optimizer are set up together by ``deepspeed.initialize``; backward and the
+    optimizer step go through the resulting engine. The DeepSpeed config is built from the options below
+    unless ``config`` is given; the precision adds its ``fp16``/``bf16`` section and a batch size is added
+    for DeepSpeed's logs. Checkpoints are DeepSpeed checkpoint folders (one file per rank);
+    :func:`fabric_core_deepspeed.consolidate` turns one into a single file.
+
+    Args:
+        accelerator: The accelerator; usually filled in by selection.
+        zero_optimization: Put a ``zero_optimization`` section in the generated config.
+        stage: ZeRO stage: 0 (off), 1, 2 or 3.
+        remote_device: Where ``fabric.init_module()`` creates stage-3 parameters (``"cpu"``, ``"nvme"``);
+            ``None`` for this process's device.
+        offload_optimizer: Keep the optimizer state (and its step) on ``offload_optimizer_device``.
+        offload_parameters: Keep stage-3 parameters on ``offload_params_device``.
+        offload_params_device: ``"cpu"`` or ``"nvme"``.
+        offload_optimizer_device: ``"cpu"`` or ``"nvme"``.
+        nvme_path: Folder for NVMe offloading.
+        pin_memory: Pin the offloaded CPU memory.
+        params_buffer_count: Buffers for parameter offloading.
+        params_buffer_size: Size of each such buffer (elements).
+        max_in_cpu: Parameters kept in CPU memory with NVMe offloading.
+        optimizer_buffer_count: Buffers for optimizer offloading to NVMe.
+        block_size, queue_depth, single_submit, overlap_events, thread_count: The ``aio`` section (NVMe I/O).
+        sub_group_size: Stage-3 parameter group size for the optimizer step.
+        contiguous_gradients: Copy gradients into one buffer as they are produced.
+        overlap_comm: Overlap gradient reduction with backward.
+        allgather_partitions: All-gather (instead of broadcast) the updated partitions.
+        reduce_scatter: Reduce gradients with reduce-scatter.
+        allgather_bucket_size: Elements all-gathered at once.
+        reduce_bucket_size: Elements reduced at once.
+        zero_allow_untested_optimizer: Allow optimizers DeepSpeed has not tested with ZeRO (any torch one).
+        logging_batch_size_per_gpu: The micro batch size DeepSpeed logs throughput with (default 1).
+        config: A DeepSpeed config dict or a path to a JSON file; replaces the options above (except the
+            precision and batch-size additions). Also read from ``FABRIC_CORE_DEEPSPEED_CONFIG_PATH``.
+        logging_level: Level of DeepSpeed's logger.
+        parallel_devices: One device per local process; usually filled in by selection.
+        cluster_environment: Where the ranks come from; usually filled in by selection.
+        loss_scale: fp16 loss scale; 0 means dynamic scaling.
+        initial_scale_power: Dynamic scaling starts at ``2**initial_scale_power``.
+        loss_scale_window: Steps without overflow before the scale grows.
+        hysteresis: Overflows tolerated before the scale shrinks.
+        min_loss_scale: The smallest dynamic loss scale.
+        partition_activations, cpu_checkpointing, contiguous_memory_optimization,
+            synchronize_checkpoint_boundary: The ``activation_checkpointing`` section.
+        exclude_frozen_parameters: Leave parameters without ``requires_grad`` out of checkpoints.
+        precision: A :class:`DeepSpeedPrecision`; usually filled in by selection.
+        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's.
+        timeout: How long collectives wait for the other ranks.
+        start_method: ``"popen"`` (run the script again per device, the default), ``"spawn"``, ``"fork"``
+            or ``"forkserver"`` (``fabric.launch(fn)`` starts workers running ``fn``).
+
+    Raises:
+        InvalidConfigError: An unknown stage, offload device or start method, or a config file that cannot
+            be read.
+    """
+
+    requires_joint_setup: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        zero_optimization: bool = True,
+        stage: int = 2,
+        remote_device: str | None = None,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        offload_params_device: str = "cpu",
+        nvme_path: str = "/local_nvme",
+        params_buffer_count: int = 5,
+        params_buffer_size: int = 100_000_000,
+        max_in_cpu: int = 1_000_000_000,
+        offload_optimizer_device: str = "cpu",
+        optimizer_buffer_count: int = 4,
+        block_size: int = 1_048_576,
+        queue_depth: int = 8,
+        single_submit: bool = False,
+        overlap_events: bool = True,
+        thread_count: int = 1,
+        pin_memory: bool = False,
+        sub_group_size: int = 1_000_000_000_000,
+        contiguous_gradients: bool = True,
+        overlap_comm: bool = True,
+        allgather_partitions: bool = True,
+        reduce_scatter: bool = True,
+        allgather_bucket_size: int = 200_000_000,
+        reduce_bucket_size: int = 200_000_000,
+        zero_allow_untested_optimizer: bool = True,
+        logging_batch_size_per_gpu: int | None = None,
+        config: Mapping[str, Any] | PathLike | None = None,
+        logging_level: int = logging.WARNING,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        loss_scale: float = 0,
+        initial_scale_power: int = 16,
+        loss_scale_window: int = 1000,
+        hysteresis: int = 2,
+        min_loss_scale: int = 1,
+        partition_activations: bool = False,
+        cpu_checkpointing: bool = False,
+        contiguous_memory_optimization: bool = False,
+        synchronize_checkpoint_boundary: bool = False,
+        exclude_frozen_parameters: bool = False,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        start_method: str = "popen",
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+        )
+        _check_choice("stage", stage, _config.STAGES)
+        _check_choice("offload_params_device", offload_params_device, _config.OFFLOAD_DEVICES)
+        _check_choice("offload_optimizer_device", offload_optimizer_device, _config.OFFLOAD_DEVICES)
+        _check_choice("start_method", start_method, START_METHODS)
+        self.remote_device = remote_device
+        self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
+        self.exclude_frozen_parameters = exclude_frozen_parameters
+        self._logging_level = logging_level
+        self._start_method = start_method
+        self._loss_scaling = {
+            "loss_scale": loss_scale,
+            "initial_scale_power": initial_scale_power,
+            "loss_scale_window": loss_scale_window,
+            "hysteresis": hysteresis,
+            "min_loss_scale": min_loss_scale,
+        }
+        loaded = _config.load_config(config)
+        if loaded is None:
+            loaded = _config.generated_config(
+                zero_optimization=zero_optimization,
+                stage=stage,
+                offload_optimizer=offload_optimizer,
+                offload_parameters=offload_parameters,
+                offload_params_device=offload_params_device,
+                offload_optimizer_device=offload_optimizer_device,
+                nvme_path=nvme_path,
+                pin_memory=pin_memory,
+                params_buffer_count=params_buffer_count,
+                params_buffer_size=params_buffer_size,
+                max_in_cpu=max_in_cpu,
+                optimizer_buffer_count=optimizer_buffer_count,
+                aio={
+                    "block_size": block_size,
+                    "queue_depth": queue_depth,
+                    "single_submit": single_submit,
+                    "overlap_events": overlap_events,
+                    "thread_count": thread_count,
+                },
+                zero={
+                    "sub_group_size": sub_group_size,
+                    "contiguous_gradients": contiguous_gradients,
+                    "overlap_comm": overlap_comm,
+                    "allgather_partitions": allgather_partitions,
+                    "reduce_scatter": reduce_scatter,
+                    "allgather_bucket_size": allgather_bucket_size,
+                    "reduce_bucket_size": reduce_bucket_size,
+                },
+                activation_checkpointing={
+                    "partition_activations": partition_activations,
+                    "cpu_checkpointing": cpu_checkpointing,
+                    "contiguous_memory_optimization": contiguous_memory_optimization,
+                    "synchronize_checkpoint_boundary": synchronize_checkpoint_boundary,
+                },
+                zero_allow_untested_optimizer=zero_allow_untested_optimizer,
+            )
+        self._config: dict[str, Any] = loaded
+        self._engines: list[Any] = []
+
+    # -- configuration -----------------------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        """The DeepSpeed config given to ``deepspeed.initialize`` (changes made here before setup count).
+
+        The precision's ``fp16``/``bf16`` section and a micro batch size are added on first access after the
+        precision is known, unless the config already has them.
+        """
+        _config.add_precision(self._config, self.precision.precision, self._loss_scaling)
+        _config.add_batch_size(self._config, self.logging_batch_size_per_gpu)
+        return self._config
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage of the config (0 when ZeRO is off)."""
+        return _config.zero_stage(self._config)
+
+    @property
+    def zero_stage_3(self) -> bool:
+        return self.zero_stage == 3
+
+    @property
+    def start_method(self) -> str:
+        return self._start_method
+
+    @property
+    def precision(self) -> DeepSpeedPrecision:
+        """The precision plugin: ``DeepSpeedPrecision("32-true")`` unless another was connected."""
+        if self._precision is None:
+            self._precision = DeepSpeedPrecision()
+        if not isinstance(self._precision, DeepSpeedPrecision):
+            raise InvalidConfigError(
+                f"`DeepSpeedStrategy` needs a `DeepSpeedPrecision`, got `{type(self._precision).__name__}`. Pass the "
+                "precision as a string (`Fabric(precision='bf16-mixed')`) or as "
+                "`fabric_core_deepspeed.DeepSpeedPrecision('bf16-mixed')`.",
+                argument="precision",
+                value=self._precision,
+            )
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = precision
+
+    def connect(self, **kwargs: Any) -> None:
+        """Complete the strategy like every parallel strategy, and check that the precision is DeepSpeed's."""
+        super().connect(**kwargs)
+        _ = self.precision
+
+    def configure_launcher(self) -> None:
+        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
+        if self._start_method == "popen":
+            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
+
+            assert self.cluster_environment is not None
+            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+        else:
+            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+
+            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
+
+    def setup_environment(self) -> None:
+        """Join the process group, then let DeepSpeed's communication layer use it.
+
+        DeepSpeed reads its ranks from ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+        ``MASTER_PORT``; they are set for this process from the cluster environment.
+
+        Raises:
+            InvalidConfigError: DeepSpeed picked an accelerator other than this process's device type.
+        """
+        self.set_world_ranks()
+        environment = self.cluster_environment
+        if environment is not None:
+            os.environ.update(
+                RANK=str(self.global_rank),
+                LOCAL_RANK=str(self.local_rank),
+                WORLD_SIZE=str(self.world_size),
+                MASTER_ADDR=environment.main_address,
+                MASTER_PORT=str(environment.main_port),
+            )
+        if self.root_device.type == "cpu":
+            # Without this DeepSpeed would take any GPU it finds, whatever `Fabric(accelerator=...)` says.
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        super().setup_environment()
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+
+        deepspeed.utils.logging.logger.setLevel(self._logging_level)
+        chosen = get_accelerator().device_name()
+        if chosen != self.root_device.type:
+            raise InvalidConfigError(
+                f"DeepSpeed runs on {chosen!r} but this process's device is {self.root_device}. Set the environment "
+                f"variable `DS_ACCELERATOR={self.root_device.type}` before DeepSpeed is first imported, or choose "
+                f"`Fabric(accelerator={chosen!r})`.",
+                argument="accelerator",
+                value=self.root_device.type,
+            )
+        deepspeed.init_distributed(
+            dist_backend=self.process_group_backend, auto_mpi_discovery=False, verbose=False, timeout=self._timeout
+        )
+
+    # -- modules and optimizers --------------------------------------------------------------------------
+    def setup_module_and_optimizers(
+        self, module: Module, optimizers: list[Optimizer], scheduler: Any = None
+    ) -> tuple[Module, list[Optimizer], Any]:
+        """Hand the model, its one optimizer and the scheduler to ``deepspeed.initialize``.
+
+        Returns:
+            The DeepSpeed engine, ``[DeepSpeed's optimizer]`` and DeepSpeed's scheduler (which the engine steps).
+
+        Raises:
+            ValueError: Zero or more than one optimizer.
+        """
+        if len(optimizers) != 1:
+            raise ValueError(
+                f"Currently only one optimizer is supported with DeepSpeed. Got {len(optimizers)} optimizers instead."
+                " Combine the parameter groups into one optimizer, or set up each model with its own optimizer "
+                "through separate `fabric.setup(model, optimizer)` calls."
+            )
+        engine, optimizer, scheduler = self._initialize_engine(module, optimizers[0], scheduler)
+        return engine, [optimizer], scheduler
+
+    def setup_module(self, module: Module) -> Module:
+        """Wrap a model without an optimizer in a DeepSpeed engine (for evaluation, or stage-3 inference).
+
+        Stages 1 and 2 shard only optimizer state and gradients, and DeepSpeed refuses them without an
+        optimizer: such a model gets an engine without ZeRO.
+        """
+        config = None
+        if self.zero_stage in (1, 2):
+            config = copy.deepcopy(self.config)
+            config["zero_optimization"]["stage"] = 0
+        engine, _, _ = self._initialize_engine(module, config=config)
+        return engine  # type: ignore[no-any-return]
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """Not possible: DeepSpeed needs the model and the optimizer together.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError(
+            f"The `{type(self).__name__}` does not support setting up the module and optimizer(s) independently."
+            " Please call `fabric.setup(model, optimizer)` to set them up jointly."
+        )
+
+    def _initialize_engine(
+        self,
+        module: Module,
+        optimizer: Optimizer | None = None,
+        scheduler: Any = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
+        import argparse
+
+        import deepspeed
+
+        index = self.root_device.index
+        engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(
+            args=argparse.Namespace(device_rank=index) if index is not None else None,
+            config=config if config is not None else self.config,
+            model=module,
+            model_parameters=[p for p in module.parameters() if p.requires_grad],
+            optimizer=optimizer,
+            lr_scheduler=scheduler,
+            dist_init_required=False,
+        )
+        self._engines.append(engine)
+        return engine, ds_optimizer, ds_scheduler
+
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """With ZeRO stage 3, parameters are partitioned as they are created (``deepspeed.zero.Init``).
+
+        Raises:
+            NotImplementedError: ``empty_init=False`` with stage 3: partitioned creation cannot run the
+                initialisers on whole tensors.
+        """
+        if not self.zero_stage_3:
+            return super().module_init_context(empty_init)
+        if empty_init is False:
+            raise NotImplementedError(
+                f"`empty_init={empty_init}` is not a valid choice with `DeepSpeedStrategy` when ZeRO stage 3 is "
+                "enabled: parameters are created partitioned. Use `fabric.init_module()` or "
+                "`fabric.init_module(empty_init=True)` and load the weights after `fabric.setup(...)`."
+            )
+        import deepspeed
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.precision.module_init_context())
+        stack.enter_context(
+            deepspeed.zero.Init(enabled=True, remote_device=self.remote_device, config_dict_or_path=self.config)
+        )
+        return stack
+
+    def gathered_parameters(
+        self, params: Iterable[Tensor], modifier_rank: int | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Inside, stage-3 parameters are whole on every rank; changes made on ``modifier_rank`` are kept."""
+        if not self.zero_stage_3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(params), modifier_rank=modifier_rank)  # type: ignore[no-any-return]
+
+    # -- the training step -------------------------------------------------------------------------------
+    def backward(self, tensor: Tensor, module: Module | None, *args: Any, **kwargs: Any) -> None:
+        """Backward through the engine that ``module`` is (or wraps); the only engine when ``module`` is None."""
+        super().backward(tensor, self._engine_for(module), *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        """Step the engine that owns ``optimizer`` (it also steps DeepSpeed's scheduler and zeroes gradients).
+
+        Raises:
+            ValueError: ``optimizer`` is not the optimizer of an engine set up by this strategy.
+        """
+        engine = next((e for e in self._engines if e.optimizer is optimizer), None)
+        if engine is None:
+            raise ValueError(
+                f"The optimizer {type(optimizer).__name__} was not set up by this `DeepSpeedStrategy`. Step the "
+                "optimizer returned by `fabric.setup(model, optimizer)`."
+            )
+        return self.precision.optimizer_step(engine, **kwargs)
+
+    def _engine_for(self, module: Module | None) -> Any:
+        if module is None:
+            if not self._engines:
+                raise RuntimeError("No models were set up for backward. Did you forget to call `fabric.setup()`?")
+            if len(self._engines) > 1:
+                raise ValueError(
+                    "When using multiple models + deepspeed, please provide the model used to perform the "
+                    "optimization: `fabric.backward(loss, model=model)`"
+                )
+            return self._engines[0]
+        engine = next((e for e in self._engines if module is e or module is e.module), None)
+        if engine is None:
+            raise ValueError(
+                f"The model {type(module).__name__} was not set up by this `DeepSpeedStrategy`; pass the model "
+                "returned by `fabric.setup(model, optimizer)`."
+            )
+        return engine
+
+    def clip_gradients_norm(
+        self,
+        module: Module,
+        optimizer: Optimizer,
+        max_norm: float | int,
+        norm_type: float | int = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor:
+        """Not possible from outside the engine.
+
+        Raises:
+            NotImplementedError: Always; set ``gradient_clipping`` in the DeepSpeed config instead.
+        """
+        raise NotImplementedError(_CLIPPING_MESSAGE)
+
+    def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float | int) -> None:
+        """Not possible from outside the engine.
+
+        Raises:
+            NotImplementedError: Always; set ``gradient_clipping`` in the DeepSpeed config instead.
+        """
+        raise NotImplementedError(_CLIPPING_MESSAGE)
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def save_checkpoint(
+        self,
+        path: PathLike,
+        state: Mapping[str, Any],
+        storage_options: Any = None,
+        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Write a DeepSpeed checkpoint folder at ``path``; every rank writes its shards (call it on all).
+
+        The engine's module and optimizer are saved by DeepSpeed; the rest of ``state`` (modules, stateful
+        objects and plain values) goes into DeepSpeed's client state.
+
+        Raises:
+            TypeError: ``storage_options`` or ``filter`` was given: DeepSpeed writes its own files.
+            ValueError: ``state`` holds no DeepSpeed model, or more than one.
+        """
+        for name, value in (("storage_options", storage_options), ("filter", filter)):
+            if value is not None:
+                raise TypeError(
+                    f"`{type(self).__name__}.save_checkpoint(..., {name}=...)` is not supported because "
+                    f"`{type(self).__name__}` does not use the `CheckpointIO`: DeepSpeed writes each rank's "
+                    f"shards itself. Remove `{name}`, or consolidate the folder to one file first."
+                )
+        layout = _checkpoint.split_state(state, self._engines, "save")
+        extras = self.state_to_save(layout.extras)
+        layout.engine.save_checkpoint(
+            os.fspath(path),
+            client_state={_checkpoint.META_KEY: layout.meta(extras)},
+            tag=_checkpoint.TAG,
+            exclude_frozen_parameters=self.exclude_frozen_parameters,
+        )
+
+    def load_checkpoint(
+        self,
+        path: PathLike,
+        state: Module | Optimizer | dict[str, Any] | None = None,
+        strict: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Restore ``state`` from a DeepSpeed checkpoint folder, or from a single (consolidated) file.
+
+        From a folder, ``state`` must hold the model set up by this strategy (DeepSpeed restores its module and,
+        if ``state`` holds it, its optimizer); the other entries are restored from the client state. A file is
+        loaded like any checkpoint file, into the whole module even under stage 3.
+
+        Returns:
+            The extras of the checkpoint that ``state`` did not ask for.
+
+        Raises:
+            ValueError: ``state`` is empty or holds no DeepSpeed model (folder), or more than one.
+            FileNotFoundError: ``path`` is neither a file nor a checkpoint folder of this strategy.
+            KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
+        """
+        if os.path.isfile(path) or isinstance(state, (Module, Optimizer)):
+            return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
+        if not state:
+            raise ValueError(
+                f"Got `DeepSpeedStrategy.load_checkpoint(..., state={state!r})` but a state with at least a model "
+                "instance to reload is required. Pass it in like so: `fabric.load(path, state={'model': model, ...})`."
+            )
+        return _checkpoint.load_folder(self, _checkpoint.check_folder(path), state, strict)
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""
+        engine = next((e for e in self._engines if module is e or module is e.module), None)
+        target = engine.module if engine is not None else module
+        with self.gathered_parameters(list(target.parameters()), modifier_rank=0):
+            target.load_state_dict(state_dict, strict=strict)
+
+    # -- teardown ----------------------------------------------------------------------------------------
+    def release_modules(self) -> None:
+        """Drop the engines, which hold DeepSpeed's communication buffers and process groups."""
+        self._engines.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned workers get a pickled copy of the strategy before any engine exists; engines stay per process.
+        state = self.__dict__.copy()
+        state["_engines"] = []
+        return state
+
+
+_CLIPPING_MESSAGE: Final = (
+    "DeepSpeed handles gradient clipping automatically within the optimizer. Make sure to set the "
+    "`gradient_clipping` value in your config: `DeepSpeedStrategy(config={..., 'gradient_clipping': 1.0})`, or "
+    "`fabric.strategy.config['gradient_clipping'] = 1.0` before `fabric.setup(...)`."
+)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    if value not in choices:
+        raise InvalidConfigError(
+            f"`DeepSpeedStrategy({name}={value!r})` is not supported. Valid choices: "
+            f"{', '.join(repr(c) for c in choices)}.",
+            argument=name,
+            value=value,
+        )
