@@ -88,6 +88,7 @@ class Entry:
     priority: int = 0
     probe: str | None = None
     requires: tuple[str, ...] = ()
+    _loaded: Any = field(default=None, init=False, repr=False)
 
     @property
     def qualified_name(self) -> str:
@@ -109,6 +110,8 @@ class Entry:
         Raises:
             PluginImportError: A requirement is missing or the import failed.
         """
+        if self._loaded is not None:
+            return self._loaded
         missing = self.missing_requirements()
         if missing:
             raise PluginImportError(
@@ -117,11 +120,14 @@ class Entry:
                 f"Run `pip install {' '.join(repr(m) for m in missing)}`.",
             )
         try:
-            return import_target(self.target)
+            loaded = import_target(self.target)
         except Exception as exc:
             raise PluginImportError(
                 self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {exc!r}"
             ) from exc
+        # Entries live as long as their catalog (one per manager): a warm Fabric(...) imports nothing.
+        object.__setattr__(self, "_loaded", loaded)
+        return loaded
 
     def build(self, options: Mapping[str, Any] | None = None) -> Any:
         """Build the component: the target called with ``defaults`` updated by ``options``."""

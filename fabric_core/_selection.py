@@ -8,6 +8,7 @@ decisions without building anything.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -465,6 +466,7 @@ def _select_precision(
     return _Choice(entry=entry, options=options), dataclasses.replace(ctx, precision=requested)
 
 
+@functools.lru_cache(maxsize=256)
 def _accepts(factory: Any, parameter: str) -> bool:
     try:
         return parameter in inspect.signature(factory).parameters

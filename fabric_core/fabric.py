@@ -323,17 +323,25 @@ class Fabric:
             model: The model the loss came from, for strategies that need it (DeepSpeed with several models).
             **kwargs: Passed to the underlying backward.
         """
+        state = wrappers.backward_state
         if self._plain_backward:
-            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            # The outputs may still carry the guard against raw `loss.backward()` (see FabricModule).
+            state.active = True
+            try:
+                tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            finally:
+                state.active = False
+            state.used_by.add(self._strategy)
             return
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
             module, _ = unwrap_compiled(module._forward_module)
-        wrappers.backward_state.active = True
+        state.active = True
         try:
             self._strategy.backward(tensor, module, *args, **kwargs)
         finally:
-            wrappers.backward_state.active = False
+            state.active = False
+        state.used_by.add(self._strategy)
 
     def clip_gradients(
         self,
@@ -435,8 +443,14 @@ class Fabric:
         With one process no dimension is added. Nested collections are gathered element by element.
         """
         self._validate_launched()
+        strategy = self._strategy
+        if isinstance(data, Tensor) and data.device == self.device:
+            return strategy.all_gather(data, group=group, sync_grads=sync_grads)
         data = convert_to_tensors(data, device=self.device)
-        return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
+        if strategy.gathers_collections:
+            # One call for the whole collection: the strategy packs it into one collective, not one per tensor.
+            return strategy.all_gather(data, group=group, sync_grads=sync_grads)
+        return apply_to_collection(data, Tensor, strategy.all_gather, group=group, sync_grads=sync_grads)
 
     def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         """Reduce tensors (numbers become tensors) across processes, in place; nested collections too.
@@ -447,6 +461,8 @@ class Fabric:
             reduce_op: ``"mean"``, ``"sum"``, ``"max"``, ``"min"``, ... or a ``torch.distributed.ReduceOp``.
         """
         self._validate_launched()
+        if isinstance(data, Tensor) and data.device == self.device:  # nothing to convert or walk
+            return self._strategy.all_reduce(data, group=group, reduce_op=reduce_op)
         data = convert_to_tensors(data, device=self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
 
@@ -505,6 +521,8 @@ class Fabric:
         return in_process(*args, **kwargs)
 
     def _run_with_setup(self, to_run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # In a spawned worker this Fabric is an unpickled copy: its strategy is the one helpers must use.
+        set_active_strategy(self._strategy)
         self._strategy.setup_environment()
         return to_run(*args, **kwargs)
 

@@ -52,11 +52,19 @@ _SIGNATURES: Final[weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] 
 _KEYWORD_KINDS: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def overrides(obj: object, base: type, *names: str) -> bool:
-    """Whether ``obj`` replaces any of the methods ``names`` of ``base`` (on its class or on itself)."""
+def overrides(obj: object, base: type, *names: str, count_plain: bool = False) -> bool:
+    """Whether ``obj`` replaces any of the methods ``names`` of ``base`` (on its class or on itself).
+
+    Methods that ``obj`` lists in its ``plain_hooks`` (see ``Precision.plain_hooks``) do not count unless
+    ``count_plain``: they are overridden in the class but run like the base's in this configuration.
+    """
     cls = type(obj)
     instance_attrs = getattr(obj, "__dict__", {})
-    return any(name in instance_attrs or getattr(cls, name) is not getattr(base, name) for name in names)
+    plain: frozenset[str] = frozenset() if count_plain else getattr(obj, "plain_hooks", frozenset())
+    return any(
+        name not in plain and (name in instance_attrs or getattr(cls, name) is not getattr(base, name))
+        for name in names
+    )
 
 
 def _compute_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
@@ -84,12 +92,14 @@ def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
 
 
 class _BackwardState:
-    """Whether ``fabric.backward`` is running; the guard on model outputs reads it."""
+    """Whether ``fabric.backward`` is running (the guard on model outputs reads it), and whether it has run."""
 
-    __slots__ = ("active",)
+    __slots__ = ("active", "used_by")
 
     def __init__(self) -> None:
         self.active = False
+        #: Strategies whose ``fabric.backward`` has run: their training loop is known to call it.
+        self.used_by: weakref.WeakSet[Strategy] = weakref.WeakSet()
 
 
 backward_state: Final = _BackwardState()
@@ -141,7 +151,14 @@ class FabricModule(Module):
         self._converts_output = overrides(precision, Precision, "convert_output")
         # A raw `loss.backward()` would skip what the strategy or precision does in backward (loss scaling):
         # outputs then carry a hook that refuses it. Nothing is hooked where backward is plain.
-        self._guards_backward = overrides(strategy, Strategy, "backward") or overrides(
+        # Lightning's rule: any class-level override of backward counts, even one that is plain here.
+        self._guards_backward = overrides(strategy, Strategy, "backward", count_plain=True) or overrides(
+            precision, Precision, "pre_backward", "backward", "post_backward", count_plain=True
+        )
+        # Where those overrides are plain (bf16-mixed), a raw backward would compute the same gradients: the
+        # guard only points out the mistake, and is dropped once `fabric.backward` has been seen to run
+        # (hooking every output costs about 10% of a tiny model's step).
+        self._guard_always = overrides(strategy, Strategy, "backward") or overrides(
             precision, Precision, "pre_backward", "backward", "post_backward"
         )
         self._plain_forward = not (
@@ -188,7 +205,10 @@ class FabricModule(Module):
         if self._converts_output:
             output = precision.convert_output(output)
         if self._guards_backward:
-            _attach_backward_guard(output)
+            if self._guard_always or self._strategy not in backward_state.used_by:
+                _attach_backward_guard(output)
+            else:
+                self.__dict__["_guards_backward"] = False  # for good: this loop calls `fabric.backward`
         return output
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:

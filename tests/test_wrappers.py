@@ -418,3 +418,59 @@ def test_is_wrapped_sees_through_torch_compile() -> None:
     compiled = torch.compile(model)
     assert is_wrapped(compiled)
     assert unwrap_objects(compiled) is model.module
+
+
+def test_plain_bf16_backward_guard_is_dropped_once_fabric_backward_ran() -> None:
+    fabric = make_fabric(precision="bf16-mixed")
+    model = fabric.setup(nn.Linear(4, 2))
+    x = torch.randn(2, 4)
+    fabric.backward(model(x).sum())
+    expected = model.weight.grad.clone()
+    model.weight.grad = None
+    output = model(x)
+    assert output._backward_hooks is None  # this loop calls fabric.backward: no per-step hook any more
+    output.sum().backward()  # bf16-mixed has no scaler: a raw backward computes the same gradients
+    torch.testing.assert_close(model.weight.grad, expected)
+
+
+def test_scaled_backward_stays_guarded_after_fabric_backward() -> None:
+    from fabric_core.precision.mixed import MixedPrecision
+
+    fabric = make_fabric(plugins=MixedPrecision("16-mixed", device="cpu"))
+    model = fabric.setup(nn.Linear(4, 2))
+    fabric.backward(model(torch.randn(2, 4)).sum())
+    loss = model(torch.randn(2, 4)).sum()
+    with pytest.raises(RuntimeError, match=r"requires you to call `fabric.backward\(loss\)`"):
+        loss.backward()  # it would skip the loss scaling the optimizer step undoes
+
+
+def test_strategies_that_gather_collections_receive_the_whole_dict() -> None:
+    calls: list[Any] = []
+
+    class Recording(SingleDeviceStrategy):
+        gathers_collections = True
+
+        def all_gather(self, tensor: Any, group: Any = None, sync_grads: bool = False) -> Any:
+            calls.append(tensor)
+            return tensor
+
+    fabric = make_fabric(strategy=Recording())
+    data = {"a": torch.ones(2), "b": [torch.zeros(1), 3]}
+    out = fabric.all_gather(data)
+    assert len(calls) == 1 and set(calls[0]) == {"a", "b"}
+    assert isinstance(out["b"][1], torch.Tensor)  # numbers become tensors before the strategy sees them
+    calls.clear()
+    fabric.all_gather(torch.ones(3))
+    assert len(calls) == 1
+
+
+def test_strategies_that_do_not_gather_collections_are_called_per_tensor() -> None:
+    calls: list[Any] = []
+
+    class PerTensor(SingleDeviceStrategy):
+        def all_gather(self, tensor: Any, group: Any = None, sync_grads: bool = False) -> Any:
+            calls.append(tensor)
+            return tensor
+
+    make_fabric(strategy=PerTensor()).all_gather({"a": torch.ones(2), "b": [torch.zeros(1), 3]})
+    assert len(calls) == 3 and all(isinstance(c, torch.Tensor) for c in calls)

@@ -57,6 +57,9 @@ class MixedPrecision(Precision):
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
         self.scaler: Final = scaler
+        if scaler is None:
+            # Without loss scaling these hooks reduce to the base class's.
+            self.plain_hooks = frozenset({"pre_backward", "backward", "post_backward", "optimizer_step"})
         # torch raises if unscale_ runs twice between updates (e.g. clipping by norm, then by value).
         self._unscaled: set[int] = set()
 

@@ -28,6 +28,11 @@ class Precision:
     #: The canonical precision string this plugin serves. A plain attribute, not a ``ClassVar``: classes
     #: that serve several strings (``HalfPrecision``: ``16-true`` and ``bf16-true``) set it per instance.
     precision: str = "32-true"
+    #: Hooks this instance's class overrides but that, in this instance's configuration, do exactly what the
+    #: base class does (``"bf16-mixed"`` has no grad scaler: its ``backward`` and ``optimizer_step`` are
+    #: plain). The wrappers then leave them out of the training step: no guard on raw ``loss.backward()``,
+    #: no detour through the strategy for ``backward`` and ``optimizer.step()``.
+    plain_hooks: frozenset[str] = frozenset()
 
     def convert_module(self, module: Module) -> Module:
         """Convert the module's parameters and buffers (``module.to(dtype)`` for "true" precisions)."""
@@ -122,7 +127,11 @@ def convert_floating_tensors(data: Any, dtype: torch.dtype) -> Any:
     if isinstance(data, (list, tuple)):
         converted: list[Any] | None = None
         for index, value in enumerate(data):
-            new = convert_floating_tensors(value, dtype)
+            if isinstance(value, Tensor):  # inlined: a forward's positional tensors are the common case
+                current = value.dtype
+                new = value if current is dtype or not current.is_floating_point else value.to(dtype)
+            else:
+                new = convert_floating_tensors(value, dtype)
             if new is not value and converted is None:
                 converted = list(data[:index])
             if converted is not None:
@@ -133,6 +142,8 @@ def convert_floating_tensors(data: Any, dtype: torch.dtype) -> Any:
             return type(data)(*converted)
         return type(data)(converted)
     if isinstance(data, dict):
+        if not data:  # the kwargs of most forwards
+            return data
         changed: dict[Any, Any] | None = None
         for key, value in data.items():
             new = convert_floating_tensors(value, dtype)
