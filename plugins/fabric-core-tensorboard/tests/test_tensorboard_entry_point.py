@@ -8,9 +8,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from fabric_core_tensorboard import _plugin
 
 from fabric_core._registry import Registry
+from fabric_core_tensorboard import _plugin
 
 
 def test_entry_point_is_in_the_fabric_core_plugins_group() -> None:
@@ -61,9 +61,8 @@ def test_importing_the_registration_module_does_not_import_torch() -> None:
 
 
 def test_a_plugin_manager_discovers_and_builds_it(tmp_path: Path) -> None:
-    from fabric_core_tensorboard.logger import TensorBoardLogger
-
     from fabric_core import PluginManager
+    from fabric_core_tensorboard.logger import TensorBoardLogger
 
     manager = PluginManager(allow=["tensorboard"], strict=True, environ={})
     (record,) = [r for r in manager.records if r.name == "tensorboard"]

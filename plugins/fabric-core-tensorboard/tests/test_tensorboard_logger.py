@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import torch
-from fabric_core_tensorboard import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from fabric_core.errors import FabricCoreWarning
+from fabric_core_tensorboard import TensorBoardLogger
 
 
 def _events(path: str | Path) -> EventAccumulator:

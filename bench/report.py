@@ -1,0 +1,184 @@
+"""The results as a terminal table, a JSON file, a Markdown page and a matplotlib plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from _harness import AA, ACCELERATE, CORE, LIGHTNING, RowResult
+
+__all__ = ["environment", "markdown", "plot", "terminal_table", "write_json"]
+
+_COLUMNS = ((CORE, "fabric-core"), (AA, "A/A (noise)"), (LIGHTNING, "Lightning Fabric"), (ACCELERATE, "Accelerate"))
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(quick: bool, threads: int, seconds: float, argv: Sequence[str]) -> dict[str, Any]:
+    """What the numbers were measured on and with."""
+    packages = ("fabric-core", "torch", "lightning-fabric", "accelerate", "deepspeed")
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": "quick" if quick else "full",
+        "command": " ".join(["python", "bench/run.py", *argv]),
+        "seconds": round(seconds, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch_threads": threads,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "packages": {name: _version(name) for name in packages},
+        "executable": sys.executable,
+    }
+
+
+def write_json(path: Path, env: dict[str, Any], rows: Sequence[RowResult]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"environment": env, "rows": [row.as_dict() for row in rows]}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def _verdict(row: RowResult) -> str:
+    if row.passed is None:
+        return "-"
+    return "yes" if row.passed else "**no**"
+
+
+def _cells(row: RowResult) -> list[str]:
+    cells = [row.title, str(row.goal) if row.goal else "-"]
+    for variant, _ in _COLUMNS:
+        spread = row.ratios.get(variant)
+        cells.append(spread.fmt() if spread is not None else "n/a")
+    cells.insert(3, _verdict(row))
+    return cells
+
+
+def terminal_table(rows: Sequence[RowResult]) -> str:
+    header = ["row", "goal", "fabric-core", "met", "A/A", "lightning", "accelerate"]
+    table = [header] + [[c.replace("**", "").replace("`", "") for c in _cells(r)] for r in rows]
+    table = [[r[0][:60], *r[1:]] for r in table]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _absolute(row: RowResult, variant: str) -> str:
+    spread = row.absolute.get(variant)
+    if spread is None:
+        return "n/a"
+    value = spread.median
+    if row.unit == "MiB":
+        return f"{value:.0f} MiB"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} µs"
+
+
+def markdown(env: dict[str, Any], rows: Sequence[RowResult], plot_name: str | None) -> str:
+    """The page ``docs/benchmarks.md``."""
+    packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)
+    load = env.get("load_average")
+    lines = [
+        "# Benchmarks",
+        "",
+        "Every row is a ratio to raw PyTorch doing the same work **in the same run**: each round measures every",
+        "variant once, in a fresh random order, and divides it by the raw value of that round. The table shows",
+        "the median of those per-round ratios with `[min, max]`. The **A/A** column measures raw PyTorch",
+        "against itself the same way: it is the noise floor, and a ratio within its spread of 1.0 is no",
+        "measurable difference. For time and memory rows lower is better; for steps/s rows (a ratio of",
+        "steps per second) higher is better.",
+        "",
+        f"Regenerate with `python bench/run.py` (about 6 minutes on 2 cores; `--quick` under 3). Run: {env['mode']},",
+        f"{env['date']}, {env['seconds']:.0f} s; Python {env['python']} on {env['platform']}, {env['cpus']} CPUs,",
+        f"torch threads {env['torch_threads']}; {packages}."
+        + (f" Load average at the end: {', '.join(f'{x:.1f}' for x in load)}." if load else ""),
+        "",
+        "| row | goal | fabric-core | met | A/A (noise) | Lightning Fabric | Accelerate | raw PyTorch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cells = _cells(row)
+        cells.append(_absolute(row, "raw"))
+        lines.append("| " + " | ".join(cells) + " |")
+    if plot_name:
+        lines += ["", f"![ratios to raw PyTorch, median with min and max]({plot_name})"]
+    lines += ["", "## What each row runs", ""]
+    for row in rows:
+        detail = f"- **{row.key}** ({row.rounds} rounds): {row.note}".rstrip()
+        shown = {k: v for k, v in row.labels.items() if k != AA}
+        if shown:
+            detail += " " + "; ".join(f"{k}: `{v}`" for k, v in shown.items()) + "."
+        lines.append(detail)
+    lines += [
+        "",
+        "Lightning Fabric and Accelerate are measured when they are installed (`pip install -r",
+        "bench/requirements.txt`); `--rows NAME ...` measures a subset, `--json PATH` moves the JSON file.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(path: Path, rows: Sequence[RowResult]) -> bool:
+    """Draw every row's ratios (median, min-max bars, goal marks) on a log axis; ``False`` without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    shown = [row for row in rows if row.ratios]
+    if not shown:
+        return False
+    styles = {
+        CORE: ("tab:blue", "o"),
+        AA: ("tab:gray", "s"),
+        LIGHTNING: ("tab:purple", "^"),
+        ACCELERATE: ("tab:orange", "D"),
+    }
+    offsets = {CORE: -0.27, AA: -0.09, LIGHTNING: 0.09, ACCELERATE: 0.27}
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(shown) + 1.6))
+    for variant, label in _COLUMNS:
+        ys, med, lo, hi = [], [], [], []
+        for index, row in enumerate(shown):
+            spread = row.ratios.get(variant)
+            if spread is None:
+                continue
+            ys.append(index + offsets[variant])
+            med.append(spread.median)
+            lo.append(spread.median - spread.min)
+            hi.append(spread.max - spread.median)
+        if ys:
+            color, marker = styles[variant]
+            ax.errorbar(med, ys, xerr=[lo, hi], fmt=marker, color=color, label=label, capsize=2, markersize=5)
+    for index, row in enumerate(shown):
+        if row.goal is not None:
+            ax.plot([row.goal.value] * 2, [index - 0.4, index + 0.4], color="tab:green", linewidth=2)
+            ax.annotate(row.goal.op, (row.goal.value, index - 0.42), color="tab:green", fontsize=7, ha="center")
+    ax.axvline(1.0, color="black", linewidth=0.6, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(shown)), [row.key for row in shown])
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to raw PyTorch in the same run (log scale; green: fabric-core's goal)")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
