@@ -52,8 +52,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join("runs", "classifier"))
     args = parser.parse_args()
 
+    # No arguments: `fabric-core run --devices 2 --strategy ddp ...` decides (one CPU process without it).
     fabric = Fabric(loggers=CSVLogger(root_dir=args.out, name="logs"))
-    fabric.launch()
     fabric.seed_everything(42)
 
     train = DataLoader(make_dataset(2048), batch_size=args.batch_size, shuffle=True)

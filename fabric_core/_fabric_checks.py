@@ -143,7 +143,7 @@ def check_launch(strategy: Strategy, function: object | None, cli: bool) -> None
     if cli:
         raise RuntimeError(
             "This script was launched through the CLI, and processes have already been created. Calling "
-            " `.launch()` again is not allowed."
+            "`.launch()` again is not allowed."
         )
     if function is None:
         launcher = strategy.launcher

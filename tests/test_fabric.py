@@ -161,7 +161,7 @@ def test_cli_launch_sets_up_the_environment_at_construction(monkeypatch: pytest.
     fabric = make_fabric(strategy=strategy)
     assert strategy.environments_set_up == 1
     fabric.setup(nn.Linear(2, 2))  # launched: allowed
-    with pytest.raises(RuntimeError, match=r"launched through the CLI, .* Calling  `.launch\(\)` again is not"):
+    with pytest.raises(RuntimeError, match=r"launched through the CLI, .* Calling `.launch\(\)` again is not"):
         fabric.launch()
 
 
