@@ -1,0 +1,70 @@
+"""Named callbacks: the built-in throughput monitor selected by name next to a plain callback object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from fabric_core import Fabric, spec
+from fabric_core.callbacks import ThroughputMonitor
+from fabric_core.errors import InvalidConfigError
+from fabric_core.loggers import Logger
+from fabric_core.testing import make_manager
+
+
+class Recorder(Logger):
+    def __init__(self) -> None:
+        self.rows: list[tuple[int | None, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recorder"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def on_after_optimizer_step(self, strategy: Any, optimizer: Any) -> None:
+        self.steps += 1
+
+
+def test_throughput_by_name_logs_rates_through_the_loggers() -> None:
+    recorder, counter = Recorder(), Counter()
+    fabric = Fabric(
+        accelerator="cpu",
+        callbacks=[spec("throughput", log_every_n_steps=3, batch_size=8), counter],
+        loggers=recorder,
+        plugin_manager=make_manager(),
+    )
+    monitor = fabric._callbacks[0]
+    assert isinstance(monitor, ThroughputMonitor)
+    model = torch.nn.Linear(4, 1)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(6):
+        fabric.backward(model(torch.randn(8, 4)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+    assert counter.steps == 6 == monitor.steps  # the plain object and the named one both saw every step
+    assert [step for step, _ in recorder.rows] == [3, 6]
+    for _, metrics in recorder.rows:
+        assert metrics["throughput/steps_per_sec"] > 0
+        assert metrics["throughput/samples_per_sec"] == pytest.approx(8 * metrics["throughput/steps_per_sec"])
+
+
+def test_throughput_rejects_bad_settings() -> None:
+    with pytest.raises(InvalidConfigError, match=r"log_every_n_steps=0"):
+        ThroughputMonitor(log_every_n_steps=0)
+    assert ThroughputMonitor().compute() == {}
