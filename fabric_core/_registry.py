@@ -89,6 +89,7 @@ class Entry:
     probe: str | None = None
     requires: tuple[str, ...] = ()
     _loaded: Any = field(default=None, init=False, repr=False)
+    _probe_fn: Any = field(default=None, init=False, repr=False)
 
     @property
     def qualified_name(self) -> str:
@@ -139,7 +140,9 @@ class Entry:
         if self.probe is None:
             return True
         try:
-            return bool(import_target(self.probe)())
+            if self._probe_fn is None:
+                object.__setattr__(self, "_probe_fn", import_target(self.probe))
+            return bool(self._probe_fn())
         except Exception:
             return False
 
