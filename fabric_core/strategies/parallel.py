@@ -6,12 +6,13 @@ import atexit
 import gc
 import os
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies import _collectives, _exit
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -22,7 +23,10 @@ if TYPE_CHECKING:
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
 
-__all__ = ["DEFAULT_PG_TIMEOUT", "ParallelStrategy"]
+#: How ``fabric.launch()`` can start the processes of one node.
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+
+__all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy"]
 
 T = TypeVar("T")
 
@@ -64,8 +68,17 @@ class ParallelStrategy(Strategy):
         precision: Precision | None = None,
         process_group_backend: str | None = None,
         timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        start_method: str | None = None,
     ) -> None:
         super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+        if start_method is not None and start_method not in START_METHODS:
+            raise InvalidConfigError(
+                f"`{type(self).__name__}(start_method={start_method!r})` is not a start method. Valid choices: "
+                f"{', '.join(repr(m) for m in START_METHODS)}.",
+                argument="start_method",
+                value=start_method,
+            )
+        self._start_method = start_method
         self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
         self._cluster_environment = cluster_environment
         self._num_nodes = 1
@@ -102,8 +115,28 @@ class ParallelStrategy(Strategy):
         self.set_world_ranks()
         self.configure_launcher()
 
+    @property
+    def start_method(self) -> str | None:
+        """How ``fabric.launch()`` starts the other processes (``None``: it starts none)."""
+        return self._start_method
+
     def configure_launcher(self) -> None:
-        """Choose ``self._launcher``; called at the end of :meth:`connect` (no launcher by default)."""
+        """Choose ``self._launcher`` from the start method; called at the end of :meth:`connect`.
+
+        ``"popen"`` runs the script (or module) again for each other local rank; ``"spawn"``, ``"fork"`` and
+        ``"forkserver"`` start workers that run the function given to ``fabric.launch(fn)``.
+        """
+        if self._start_method is None:
+            return
+        if self._start_method == "popen":
+            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
+
+            assert self._cluster_environment is not None
+            self._launcher = SubprocessScriptLauncher(self._cluster_environment, self.num_processes, self._num_nodes)
+        else:
+            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+
+            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
 
     @property
     def cluster_environment(self) -> ClusterEnvironment | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import Module
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["DDPStrategy"]
 
 #: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
-START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 
 
 class DDPStrategy(ParallelStrategy):
@@ -72,14 +71,8 @@ class DDPStrategy(ParallelStrategy):
             precision=precision,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            start_method=start_method,
         )
-        if start_method not in START_METHODS:
-            raise InvalidConfigError(
-                f"`DDPStrategy(start_method={start_method!r})` is not a start method. Valid choices: "
-                f"{', '.join(repr(m) for m in START_METHODS)}.",
-                argument="start_method",
-                value=start_method,
-            )
         for reserved in ("device_ids", "output_device"):
             if reserved in ddp_kwargs:
                 raise InvalidConfigError(
@@ -88,31 +81,14 @@ class DDPStrategy(ParallelStrategy):
                     argument=reserved,
                     value=ddp_kwargs[reserved],
                 )
-        self._start_method = start_method
         self._ddp_kwargs = ddp_kwargs
         self._backward_sync_control = DDPBackwardSyncControl()
         self._wrapped: list[weakref.ReferenceType[DistributedDataParallel]] = []
 
     @property
-    def start_method(self) -> str:
-        return self._start_method
-
-    @property
     def ddp_kwargs(self) -> dict[str, Any]:
         """The keyword arguments given to ``DistributedDataParallel``."""
         return dict(self._ddp_kwargs)
-
-    def configure_launcher(self) -> None:
-        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
-        if self._start_method == "popen":
-            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-
-            assert self.cluster_environment is not None
-            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
-        else:
-            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-
-            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
 
     def setup_module(self, module: Module) -> DistributedDataParallel:
         """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here."""

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedStrategy"]
 
 #: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
-START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 PathLike = str | os.PathLike[str]
 
 
@@ -153,16 +152,15 @@ class DeepSpeedStrategy(ParallelStrategy):
             precision=precision,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            start_method=start_method,
         )
         _check_choice("stage", stage, _config.STAGES)
         _check_choice("offload_params_device", offload_params_device, _config.OFFLOAD_DEVICES)
         _check_choice("offload_optimizer_device", offload_optimizer_device, _config.OFFLOAD_DEVICES)
-        _check_choice("start_method", start_method, START_METHODS)
         self.remote_device = remote_device
         self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
         self.exclude_frozen_parameters = exclude_frozen_parameters
         self._logging_level = logging_level
-        self._start_method = start_method
         self._loss_scaling = {
             "loss_scale": loss_scale,
             "initial_scale_power": initial_scale_power,
@@ -234,10 +232,6 @@ class DeepSpeedStrategy(ParallelStrategy):
         return self.zero_stage == 3
 
     @property
-    def start_method(self) -> str:
-        return self._start_method
-
-    @property
     def precision(self) -> DeepSpeedPrecision:
         """The precision plugin: ``DeepSpeedPrecision("32-true")`` unless another was connected."""
         if self._precision is None:
@@ -260,18 +254,6 @@ class DeepSpeedStrategy(ParallelStrategy):
         """Complete the strategy like every parallel strategy, and check that the precision is DeepSpeed's."""
         super().connect(**kwargs)
         _ = self.precision
-
-    def configure_launcher(self) -> None:
-        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
-        if self._start_method == "popen":
-            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-
-            assert self.cluster_environment is not None
-            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
-        else:
-            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-
-            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
 
     def setup_environment(self) -> None:
         """Join the process group, then let DeepSpeed's communication layer use it.

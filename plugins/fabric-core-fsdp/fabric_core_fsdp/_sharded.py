@@ -33,10 +33,9 @@ if TYPE_CHECKING:
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
 
-__all__ = ["START_METHODS", "STATE_DICT_TYPES", "ShardedStrategy"]
+__all__ = ["STATE_DICT_TYPES", "ShardedStrategy"]
 
 #: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
-START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 STATE_DICT_TYPES: Final = ("sharded", "full")
 # Wrappers that put a segment into parameter names but not into state-dict keys.
 _NAME_SEGMENTS: Final = ("_checkpoint_wrapped_module.", "_orig_mod.")
@@ -84,28 +83,19 @@ class ShardedStrategy(ParallelStrategy):
             precision=precision,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            start_method=start_method,
         )
-        name = type(self).__name__
-        for argument, value, choices in (
-            ("start_method", start_method, START_METHODS),
-            ("state_dict_type", state_dict_type, STATE_DICT_TYPES),
-        ):
-            if value not in choices:
-                raise InvalidConfigError(
-                    f"`{name}({argument}={value!r})` is not supported. "
-                    f"Valid choices: {', '.join(repr(c) for c in choices)}.",
-                    argument=argument,
-                    value=value,
-                )
-        self._start_method = start_method
+        if state_dict_type not in STATE_DICT_TYPES:
+            raise InvalidConfigError(
+                f"`{type(self).__name__}(state_dict_type={state_dict_type!r})` is not supported. "
+                f"Valid choices: {', '.join(repr(c) for c in STATE_DICT_TYPES)}.",
+                argument="state_dict_type",
+                value=state_dict_type,
+            )
         self._state_dict_type = state_dict_type
         self._device_mesh: DeviceMesh | None = None
         self._modules: list[weakref.ReferenceType[Module]] = []
         self._backward_sync_control = ShardedBackwardSyncControl()
-
-    @property
-    def start_method(self) -> str:
-        return self._start_method
 
     @property
     def state_dict_type(self) -> str:
@@ -129,18 +119,6 @@ class ShardedStrategy(ParallelStrategy):
     def modules(self) -> list[Module]:
         """The modules this strategy has set up and that are still alive."""
         return [m for m in (ref() for ref in self._modules) if m is not None]
-
-    def configure_launcher(self) -> None:
-        """``popen`` re-runs the script; the multiprocessing methods start workers running a function."""
-        if self._start_method == "popen":
-            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-
-            assert self.cluster_environment is not None
-            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
-        else:
-            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-
-            self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
 
     # -- modules and optimizers ----------------------------------------------------------------------------
     def shard_module(self, module: Module) -> Module:
