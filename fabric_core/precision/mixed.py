@@ -6,20 +6,18 @@ import contextlib
 from typing import Any, Final
 
 import torch
-from torch import Tensor
 from torch.amp import GradScaler
-from torch.nn import Module
-from torch.optim import LBFGS, Optimizer
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import Precision, convert_floating_tensors
+from fabric_core.precision.precision import convert_floating_tensors
+from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
 
 _DTYPES: Final[dict[str, torch.dtype]] = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 
 
-class MixedPrecision(Precision):
+class MixedPrecision(LossScaling):
     """Parameters stay in float32; the forward runs under ``torch.autocast`` in fp16 or bf16.
 
     ``"16-mixed"`` scales the loss with a :class:`torch.amp.GradScaler` so that small fp16 gradients do
@@ -56,12 +54,7 @@ class MixedPrecision(Precision):
         self.device: Final = device.type if isinstance(device, torch.device) else str(device)
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
-        self.scaler: Final = scaler
-        if scaler is None:
-            # Without loss scaling these hooks reduce to the base class's.
-            self.plain_hooks = frozenset({"pre_backward", "backward", "post_backward", "optimizer_step"})
-        # torch raises if unscale_ runs twice between updates (e.g. clipping by norm, then by value).
-        self._unscaled: set[int] = set()
+        self.init_scaling(scaler)
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """Autocast to the half dtype on this plugin's device type."""
@@ -74,47 +67,3 @@ class MixedPrecision(Precision):
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())
-
-    def backward(self, tensor: Tensor, model: Module | None, *args: Any, **kwargs: Any) -> None:
-        """Run backward on the loss, scaled by the grad scaler when there is one.
-
-        Scaling happens here rather than in :meth:`pre_backward` so that a strategy which calls only
-        ``backward`` still scales the loss that ``optimizer_step`` will unscale.
-        """
-        if self.scaler is not None:
-            tensor = self.scaler.scale(tensor)
-        super().backward(tensor, model, *args, **kwargs)
-
-    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
-        """Step through the scaler (skipped on overflow) and update the scale.
-
-        Returns:
-            What ``optimizer.step`` returned, or ``None`` when the step was skipped.
-
-        Raises:
-            TypeError: The optimizer is LBFGS, whose closure re-evaluates the loss outside the scaler.
-        """
-        if self.scaler is None:
-            return optimizer.step(**kwargs)
-        if isinstance(optimizer, LBFGS):
-            raise TypeError("AMP and the LBFGS optimizer are not compatible.")
-        output = self.scaler.step(optimizer, **kwargs)
-        self.scaler.update()
-        self._unscaled.clear()
-        return output
-
-    def unscale_gradients(self, optimizer: Optimizer) -> None:
-        """Divide the gradients by the loss scale, at most once per optimizer step."""
-        if self.scaler is None or id(optimizer) in self._unscaled:
-            return
-        self.scaler.unscale_(optimizer)
-        self._unscaled.add(id(optimizer))
-
-    def state_dict(self) -> dict[str, Any]:
-        """The grad scaler's state (empty without one)."""
-        return self.scaler.state_dict() if self.scaler is not None else {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the grad scaler's state."""
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state_dict)

@@ -6,14 +6,13 @@ import contextlib
 from typing import Any, Final
 
 import torch
-from torch import Tensor
 from torch.amp import GradScaler
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.nn import Module
-from torch.optim import LBFGS, Optimizer
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabric_core.precision.precision import convert_floating_tensors, default_dtype
+from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["FSDPPrecision"]
 
@@ -27,7 +26,7 @@ _MODES: Final[dict[str, tuple[torch.dtype, bool]]] = {
 }
 
 
-class FSDPPrecision(Precision):
+class FSDPPrecision(LossScaling):
     """The precision plugin of :class:`~fabric_core_fsdp.FSDPStrategy`.
 
     * ``"32-true"``: everything in float32; no policy.
@@ -74,9 +73,7 @@ class FSDPPrecision(Precision):
         self.device: Final = device.type if isinstance(device, torch.device) else str(device)
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
-        self.scaler: Final = scaler
-        # torch raises if unscale_ runs twice between updates (clipping by norm, then by value).
-        self._unscaled: set[int] = set()
+        self.init_scaling(scaler)
 
     @property
     def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:
@@ -115,41 +112,3 @@ class FSDPPrecision(Precision):
         if self.dtype == torch.float32:
             return data
         return convert_floating_tensors(data, torch.get_default_dtype())
-
-    # -- the training step ---------------------------------------------------------------------------------
-    def backward(self, tensor: Tensor, model: Module | None, *args: Any, **kwargs: Any) -> None:
-        """Run backward on the loss, scaled by the grad scaler for ``"16-mixed"``."""
-        if self.scaler is not None:
-            tensor = self.scaler.scale(tensor)
-        super().backward(tensor, model, *args, **kwargs)
-
-    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
-        """Step through the scaler (skipped on every rank when any rank saw inf/NaN) and update the scale.
-
-        Raises:
-            TypeError: LBFGS with ``"16-mixed"``: its closure re-evaluates the loss outside the scaler.
-        """
-        if self.scaler is None:
-            return optimizer.step(**kwargs)
-        if isinstance(optimizer, LBFGS):
-            raise TypeError("AMP and the LBFGS optimizer are not compatible.")
-        output = self.scaler.step(optimizer, **kwargs)
-        self.scaler.update()
-        self._unscaled.clear()
-        return output
-
-    def unscale_gradients(self, optimizer: Optimizer) -> None:
-        """Divide the gradients by the loss scale, at most once per optimizer step."""
-        if self.scaler is None or id(optimizer) in self._unscaled:
-            return
-        self.scaler.unscale_(optimizer)
-        self._unscaled.add(id(optimizer))
-
-    def state_dict(self) -> dict[str, Any]:
-        """The grad scaler's state (empty without one)."""
-        return self.scaler.state_dict() if self.scaler is not None else {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the grad scaler's state."""
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state_dict)
