@@ -71,7 +71,9 @@ def test_root_device_is_the_local_ranks_device(monkeypatch: pytest.MonkeyPatch) 
         num_nodes=1,
     )
     assert strategy.parallel_devices == devices  # the constructor's devices win over selection's
-    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert strategy.root_device == devices[0]
+    monkeypatch.setenv("LOCAL_RANK", "1")  # what a launcher sets in the process of local rank 1 ...
+    strategy.set_world_ranks()  # ... before the ranks are recorded there
     assert strategy.root_device == devices[1]
 
 

@@ -81,14 +81,14 @@ def resolve_reduce_op(reduce_op: str | Any | None) -> tuple[Any, bool]:
     )
 
 
-def all_reduce(tensor: Tensor, group: Any, reduce_op: str | Any | None) -> Tensor:
+def all_reduce(tensor: Tensor, group: Any, op: Any, divide: bool) -> Tensor:
     """Reduce ``tensor`` across the processes of ``group`` in place and return it.
 
+    ``op`` and ``divide`` come from :func:`resolve_reduce_op` (resolved once per call, not per tensor).
     A non-contiguous tensor is reduced in a contiguous copy, which is returned instead. For ``"mean"``,
     integer and bool tensors keep their dtype: the sum is divided by the world size and truncated toward
     zero (``mean([1, 2]) == 1``). Convert to a floating dtype first for an exact mean.
     """
-    op, divide = resolve_reduce_op(reduce_op)
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     dist.all_reduce(tensor, op=op, group=group)

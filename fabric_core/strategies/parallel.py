@@ -86,6 +86,7 @@ class ParallelStrategy(Strategy):
         self._timeout = timeout
         self._exit_hook_registered = False
         self._device_for_collectives: torch.device | None = None
+        self._root_device: torch.device | None = None
 
     # -- wiring ------------------------------------------------------------------------------------------
     def connect(
@@ -153,6 +154,7 @@ class ParallelStrategy(Strategy):
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
         self._parallel_devices = list(devices) if devices is not None else None
+        self._root_device = None
 
     @property
     def num_nodes(self) -> int:
@@ -200,6 +202,8 @@ class ParallelStrategy(Strategy):
         Raises:
             RuntimeError: The strategy has no devices yet (it was neither given any nor connected).
         """
+        if self._root_device is not None:
+            return self._root_device
         if not self._parallel_devices:
             raise RuntimeError(
                 f"`{type(self).__name__}` has no devices: pass `parallel_devices=[...]` or let `Fabric(...)` "
@@ -218,8 +222,12 @@ class ParallelStrategy(Strategy):
         Environments that know their ranks themselves (torchelastic, SLURM) ignore what is recorded.
         """
         environment = self._cluster_environment
+        self._root_device = None
         if environment is None:
             return
+        # The local rank is known from here on: the device lookup on every collective need not re-read it.
+        if self._parallel_devices:
+            self._root_device = self._parallel_devices[self.local_rank]
         environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
         environment.set_world_size(self._num_nodes * self.num_processes)
         from fabric_core.utilities.rank_zero import rank_zero_only
@@ -288,13 +296,13 @@ class ParallelStrategy(Strategy):
         Raises:
             InvalidConfigError: An unknown ``reduce_op``.
         """
-        _collectives.resolve_reduce_op(reduce_op)
+        op, divide = _collectives.resolve_reduce_op(reduce_op)
         if not self._distributed():
             return tensor
         if isinstance(tensor, Tensor):
-            return _collectives.all_reduce(tensor, group, reduce_op)
+            return _collectives.all_reduce(tensor, group, op, divide)
         data = convert_to_tensors(tensor, self._collective_device())
-        return apply_to_collection(data, Tensor, _collectives.all_reduce, group, reduce_op)
+        return apply_to_collection(data, Tensor, _collectives.all_reduce, group, op, divide)
 
     def all_gather(self, tensor: Tensor | Any, group: Any = None, sync_grads: bool = False) -> Tensor | Any:
         """Gather tensors from every process, stacked along a new first dimension of size ``world_size``.
