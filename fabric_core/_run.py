@@ -12,9 +12,9 @@ import os
 import sys
 from typing import Any
 
+from fabric_core._arguments import ENV_OVERRIDES
 from fabric_core._manager import PluginManager
 from fabric_core._registry import Spec
-from fabric_core._selection import ENV_OVERRIDES
 from fabric_core.errors import InvalidConfigError, UnknownNameError
 
 __all__ = ["add_run_parser", "run_command"]
@@ -62,7 +62,7 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         if value is not None and value.lower() not in ("auto", "gpu"):
             catalog.get(kind, value, argument=f"fabric-core run --{kind} ...")
     if args.precision is not None:
-        from fabric_core._selection import PRECISION_ALIASES
+        from fabric_core._arguments import PRECISION_ALIASES
 
         name = args.precision.lower()
         if name not in PRECISION_ALIASES and catalog.find("precision", name) is None:

@@ -12,40 +12,26 @@ import functools
 import inspect
 import os
 import sys
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, final
 
+from fabric_core._arguments import (
+    PRECISION_ALIASES,
+    check_type,
+    from_environment,
+    merge,
+    name_and_options,
+    normalize_devices,
+    normalize_precision,
+    validate_num_nodes,
+)
 from fabric_core._logging import log_event
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import Catalog, Entry, Spec
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError, UnknownNameError
+from fabric_core.errors import InvalidConfigError, UnknownNameError
 
 __all__ = ["Components", "Decision", "Selection", "SelectionContext", "select"]
-
-#: Historical precision spellings and what they mean; the ones that warn are discouraged.
-PRECISION_ALIASES: Final[dict[str, tuple[str, bool]]] = {
-    "64": ("64-true", False),
-    "32": ("32-true", False),
-    "16": ("16-mixed", True),
-    "bf16": ("bf16-mixed", True),
-}
-#: The environment variables ``fabric-core run`` sets, by argument.
-ENV_OVERRIDES: Final = {
-    "accelerator": "FABRIC_CORE_ACCELERATOR",
-    "strategy": "FABRIC_CORE_STRATEGY",
-    "devices": "FABRIC_CORE_DEVICES",
-    "num_nodes": "FABRIC_CORE_NUM_NODES",
-    "precision": "FABRIC_CORE_PRECISION",
-}
-_DEFAULTS: Final[dict[str, Any]] = {
-    "accelerator": "auto",
-    "strategy": "auto",
-    "devices": "auto",
-    "num_nodes": 1,
-    "precision": None,
-}
 
 
 @final
@@ -186,47 +172,6 @@ def _is_interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive)
 
 
-def _from_environment(args: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Let ``FABRIC_CORE_*`` variables (set by ``fabric-core run``) replace the code's arguments."""
-    merged = dict(args)
-    for arg, var in ENV_OVERRIDES.items():
-        if var not in environ:
-            continue
-        value: Any = environ[var]
-        code = args[arg]
-        if code != _DEFAULTS[arg] and str(code).lower() != str(value).lower():
-            raise InvalidConfigError(
-                f"Your code has `Fabric({arg}={code!r}, ...)` but it conflicts with the value "
-                f"`--{arg.replace('_', '-')}={value}` set through the CLI. Remove it either from the CLI or "
-                "from the Fabric object.",
-                argument=arg,
-                value=code,
-            )
-        merged[arg] = value
-    return merged
-
-
-def _name_and_options(value: str | Spec) -> tuple[str, dict[str, Any]]:
-    if isinstance(value, Spec):
-        return value.name.strip().lower(), dict(value.options)
-    return value.strip().lower(), {}
-
-
-def _merge(answer: str | Spec, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    name, extra = _name_and_options(answer)
-    return name, {**extra, **options}
-
-
-def _check_type(arg: str, value: Any, base: type, what: str) -> None:
-    if not isinstance(value, (str, Spec, base)):
-        raise InvalidConfigError(
-            f"`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "
-            f"not {type(value).__name__}. Run `fabric-core list-plugins` to see the names.",
-            argument=arg,
-            value=value,
-        )
-
-
 def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
     """Split ``plugins=`` into (precision, checkpoint_io, environment); each at most once."""
     from fabric_core.environments.environment import ClusterEnvironment
@@ -239,7 +184,7 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
     found: dict[str, Any] = {}
     for item in items:
         if isinstance(item, (str, Spec)):
-            name, options = _name_and_options(item)
+            name, options = name_and_options(item)
             entry = catalog.find("environment", name) or catalog.find("precision", name)
             if entry is None:
                 choices = catalog.names("environment") + catalog.names("precision")
@@ -270,66 +215,12 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
     return found.get("precision"), found.get("checkpoint_io"), found.get("environment")
 
 
-def _validate_num_nodes(num_nodes: Any) -> int:
-    if isinstance(num_nodes, str) and num_nodes.strip().isdigit():
-        num_nodes = int(num_nodes)
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise InvalidConfigError(
-            f"`Fabric(num_nodes={num_nodes!r})`: `num_nodes` must be a positive integer.",
-            argument="num_nodes",
-            value=num_nodes,
-        )
-    return num_nodes
-
-
-def _normalize_devices(devices: Any, accelerator: str) -> Any:
-    if isinstance(devices, str):
-        devices = devices.strip()
-        if devices.lower() == "auto":
-            return "auto"
-        if devices.lstrip("-").isdigit():
-            devices = int(devices)
-    if devices in (0, []) or (isinstance(devices, (list, tuple)) and not devices) or isinstance(devices, bool):
-        raise InvalidConfigError(
-            f"`Fabric(devices={devices!r})` value is not a valid input using {accelerator} accelerator.",
-            argument="devices",
-            value=devices,
-        )
-    return devices
-
-
-def _normalize_precision(precision: Any) -> str:
-    if precision is None:
-        return "32-true"
-    if isinstance(precision, int) and not isinstance(precision, bool):
-        precision = str(precision)
-    if not isinstance(precision, str):
-        raise InvalidConfigError(
-            f"Precision {precision!r} is invalid: pass a string such as 'bf16-mixed', an int (16, 32, 64), a "
-            "`fabric_core.spec(...)` or a Precision instance.",
-            argument="precision",
-            value=precision,
-        )
-    name = precision.strip().lower()
-    if name in PRECISION_ALIASES:
-        canonical, discouraged = PRECISION_ALIASES[name]
-        if discouraged:
-            warnings.warn(
-                f"`precision={precision!r}` is supported for historical reasons but its usage is discouraged. "
-                f"Please set your precision to {canonical!r} instead!",
-                FabricCoreWarning,
-                stacklevel=4,
-            )
-        return canonical
-    return name
-
-
 def _select_accelerator(
     manager: PluginManager, ctx: SelectionContext, accelerator: Any, decisions: list[Decision]
 ) -> tuple[_Choice, SelectionContext]:
     from fabric_core.accelerators.accelerator import Accelerator
 
-    _check_type("accelerator", accelerator, Accelerator, "an Accelerator")
+    check_type("accelerator", accelerator, Accelerator, "an Accelerator")
     if isinstance(accelerator, Accelerator):
         cls: type[Any] = type(accelerator)
         choice = _Choice(instance=accelerator)
@@ -337,9 +228,9 @@ def _select_accelerator(
         return choice, dataclasses.replace(
             ctx, accelerator=cls.__name__, accelerator_class=cls, device_type=cls.device_type
         )
-    requested, options = _name_and_options(accelerator)
+    requested, options = name_and_options(accelerator)
     answer, plugin = manager.select_accelerator(requested, ctx)
-    name, options = _merge(answer, options)
+    name, options = merge(answer, options)
     entry = ctx.catalog.get("accelerator", name, argument="Fabric(accelerator=...)")
     cls = entry.load()
     if not (entry.is_available() if entry.probe else cls.is_available()):
@@ -374,7 +265,7 @@ def _hook(plugin: str | None, what: str) -> str | None:
 def _select_devices(ctx: SelectionContext, devices: Any, decisions: list[Decision]) -> SelectionContext:
     cls: Any = ctx.accelerator_class
     assert cls is not None
-    devices = _normalize_devices(devices, ctx.accelerator or cls.__name__)
+    devices = normalize_devices(devices, ctx.accelerator or cls.__name__)
     parsed = cls.auto_device_count() if devices == "auto" else cls.parse_devices(devices)
     parallel = tuple(cls.get_parallel_devices(parsed))
     decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), f"devices={devices!r}"))
@@ -408,14 +299,14 @@ def _select_strategy(
 ) -> tuple[_Choice, SelectionContext]:
     from fabric_core.strategies.strategy import Strategy
 
-    _check_type("strategy", strategy, Strategy, "a Strategy")
+    check_type("strategy", strategy, Strategy, "a Strategy")
     if isinstance(strategy, Strategy):
         cls: type[Any] = type(strategy)
         decisions.append(Decision("strategy", cls.__name__, "instance passed by the user"))
         return _Choice(instance=strategy), dataclasses.replace(ctx, strategy=cls.__name__, strategy_class=cls)
-    requested, options = _name_and_options(strategy)
+    requested, options = name_and_options(strategy)
     answer, plugin = manager.select_strategy(requested, ctx)
-    name, options = _merge(answer, options)
+    name, options = merge(answer, options)
     if name == "auto":
         raise InvalidConfigError(
             f"No installed plugin provides a strategy for {ctx.world_size} processes "
@@ -444,12 +335,12 @@ def _select_precision(
         decisions.append(Decision("precision", type(precision).__name__, "instance passed by the user"))
         return _Choice(instance=precision), dataclasses.replace(ctx, precision=type(precision).precision)
     if isinstance(precision, Spec):
-        requested, options = _name_and_options(precision)
-        requested = _normalize_precision(requested)
+        requested, options = name_and_options(precision)
+        requested = normalize_precision(requested)
     else:
-        requested, options = _normalize_precision(precision), {}
+        requested, options = normalize_precision(precision), {}
     answer, plugin = manager.select_precision(requested, dataclasses.replace(ctx, precision=requested))
-    name, options = _merge(answer, options)
+    name, options = merge(answer, options)
     entry = ctx.catalog.find("precision", name)
     if entry is None:
         choices = ctx.catalog.names("precision") + list(PRECISION_ALIASES)
@@ -481,7 +372,7 @@ def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decis
     choices = []
     for item in items:
         if isinstance(item, (str, Spec)):
-            name, options = _name_and_options(item)
+            name, options = name_and_options(item)
             entry = catalog.get(kind, name, argument=f"Fabric({kind}s=...)")
             choices.append(_Choice(entry=entry, options=options))
             decisions.append(Decision(kind, entry.name, "requested", plugin=entry.plugin, target=entry.target))
@@ -515,7 +406,7 @@ def select(
     """
     manager = manager or get_manager()
     env = os.environ if environ is None else environ
-    args = _from_environment(
+    args = from_environment(
         {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -528,7 +419,7 @@ def select(
     catalog = manager.catalog
     decisions: list[Decision] = []
     ctx = SelectionContext(
-        catalog=catalog, num_nodes=_validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
+        catalog=catalog, num_nodes=validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
     )
     plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
     if plugin_precision is not None and args["precision"] is not None:
@@ -576,8 +467,3 @@ def _check_strategy_instance(choice: _Choice, args: Mapping[str, Any]) -> None:
                 argument=arg,
                 value=args[arg],
             )
-
-
-def names_for(kind: str, manager: PluginManager | None = None) -> list[str]:
-    """Every name of ``kind`` in the catalog (for CLI choices)."""
-    return (manager or get_manager()).catalog.names(kind)

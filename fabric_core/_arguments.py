@@ -1,0 +1,143 @@
+"""Normalising the raw ``Fabric(...)`` arguments before selection: environment overrides and bad values.
+
+Everything here checks or rewrites what the user passed; nothing consults a plugin.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, Final
+
+from fabric_core._registry import Spec
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+
+__all__ = [
+    "ENV_OVERRIDES",
+    "PRECISION_ALIASES",
+    "check_type",
+    "from_environment",
+    "merge",
+    "name_and_options",
+    "normalize_devices",
+    "normalize_precision",
+    "validate_num_nodes",
+]
+
+#: Historical precision spellings and what they mean; the ones that warn are discouraged.
+PRECISION_ALIASES: Final[dict[str, tuple[str, bool]]] = {
+    "64": ("64-true", False),
+    "32": ("32-true", False),
+    "16": ("16-mixed", True),
+    "bf16": ("bf16-mixed", True),
+}
+#: The environment variables ``fabric-core run`` sets, by argument.
+ENV_OVERRIDES: Final = {
+    "accelerator": "FABRIC_CORE_ACCELERATOR",
+    "strategy": "FABRIC_CORE_STRATEGY",
+    "devices": "FABRIC_CORE_DEVICES",
+    "num_nodes": "FABRIC_CORE_NUM_NODES",
+    "precision": "FABRIC_CORE_PRECISION",
+}
+DEFAULTS: Final[dict[str, Any]] = {
+    "accelerator": "auto",
+    "strategy": "auto",
+    "devices": "auto",
+    "num_nodes": 1,
+    "precision": None,
+}
+
+
+def from_environment(args: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Let ``FABRIC_CORE_*`` variables (set by ``fabric-core run``) replace the code's arguments."""
+    merged = dict(args)
+    for arg, var in ENV_OVERRIDES.items():
+        if var not in environ:
+            continue
+        value: Any = environ[var]
+        code = args[arg]
+        if code != DEFAULTS[arg] and str(code).lower() != str(value).lower():
+            raise InvalidConfigError(
+                f"Your code has `Fabric({arg}={code!r}, ...)` but it conflicts with the value "
+                f"`--{arg.replace('_', '-')}={value}` set through the CLI. Remove it either from the CLI or "
+                "from the Fabric object.",
+                argument=arg,
+                value=code,
+            )
+        merged[arg] = value
+    return merged
+
+
+def name_and_options(value: str | Spec) -> tuple[str, dict[str, Any]]:
+    if isinstance(value, Spec):
+        return value.name.strip().lower(), dict(value.options)
+    return value.strip().lower(), {}
+
+
+def merge(answer: str | Spec, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    name, extra = name_and_options(answer)
+    return name, {**extra, **options}
+
+
+def check_type(arg: str, value: Any, base: type, what: str) -> None:
+    if not isinstance(value, (str, Spec, base)):
+        raise InvalidConfigError(
+            f"`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "
+            f"not {type(value).__name__}. Run `fabric-core list-plugins` to see the names.",
+            argument=arg,
+            value=value,
+        )
+
+
+def validate_num_nodes(num_nodes: Any) -> int:
+    if isinstance(num_nodes, str) and num_nodes.strip().isdigit():
+        num_nodes = int(num_nodes)
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+        raise InvalidConfigError(
+            f"`Fabric(num_nodes={num_nodes!r})`: `num_nodes` must be a positive integer.",
+            argument="num_nodes",
+            value=num_nodes,
+        )
+    return num_nodes
+
+
+def normalize_devices(devices: Any, accelerator: str) -> Any:
+    if isinstance(devices, str):
+        devices = devices.strip()
+        if devices.lower() == "auto":
+            return "auto"
+        if devices.lstrip("-").isdigit():
+            devices = int(devices)
+    if devices in (0, []) or (isinstance(devices, (list, tuple)) and not devices) or isinstance(devices, bool):
+        raise InvalidConfigError(
+            f"`Fabric(devices={devices!r})` value is not a valid input using {accelerator} accelerator.",
+            argument="devices",
+            value=devices,
+        )
+    return devices
+
+
+def normalize_precision(precision: Any) -> str:
+    if precision is None:
+        return "32-true"
+    if isinstance(precision, int) and not isinstance(precision, bool):
+        precision = str(precision)
+    if not isinstance(precision, str):
+        raise InvalidConfigError(
+            f"Precision {precision!r} is invalid: pass a string such as 'bf16-mixed', an int (16, 32, 64), a "
+            "`fabric_core.spec(...)` or a Precision instance.",
+            argument="precision",
+            value=precision,
+        )
+    name = precision.strip().lower()
+    if name in PRECISION_ALIASES:
+        canonical, discouraged = PRECISION_ALIASES[name]
+        if discouraged:
+            warnings.warn(
+                f"`precision={precision!r}` is supported for historical reasons but its usage is discouraged. "
+                f"Please set your precision to {canonical!r} instead!",
+                FabricCoreWarning,
+                stacklevel=4,
+            )
+        return canonical
+    return name
