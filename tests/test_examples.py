@@ -1,0 +1,110 @@
+"""The scripts in examples/ run for real, small: one process with `python`, two through `fabric-core run`."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def environment() -> dict[str, str]:
+    # A test run inside `fabric-core run` (or torchrun) must not hand its settings to the scripts.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK"))}
+
+
+def run(*command: str, cwd: Path, timeout: int) -> str:
+    done = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def python(script: str, *args: str, cwd: Path, timeout: int = 90) -> str:
+    return run(sys.executable, str(EXAMPLES / script), *args, cwd=cwd, timeout=timeout)
+
+
+def on_two_processes(script: str, *args: str, cwd: Path, timeout: int = 100) -> str:
+    options = ("--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--main-port", str(free_port()))
+    return run(
+        sys.executable, "-m", "fabric_core", "run", *options, str(EXAMPLES / script), *args, cwd=cwd, timeout=timeout
+    )
+
+
+def found(pattern: str, text: str) -> tuple[str, ...]:
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match, f"{pattern!r} not in the output:\n{text[-2000:]}"
+    return match.groups()
+
+
+def metrics(out: Path) -> list[dict[str, str]]:
+    (path,) = out.glob("logs/version_*/metrics.csv")
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.timeout(100)
+def test_train_classifier_learns_and_writes_its_checkpoint_and_metrics(tmp_path: Path) -> None:
+    out = tmp_path / "classifier"
+    stdout = python("train_classifier.py", "--epochs", "1", "--out", str(out), cwd=tmp_path)
+    (accuracy,) = map(float, found(r"epoch 0: loss \S+\s+val accuracy (\S+)", stdout))
+    assert accuracy > 0.6  # four classes: chance is 0.25
+    assert "world size 1, strategy SingleDeviceStrategy" in stdout
+    assert (out / "checkpoint.pt").is_file()
+    assert [row["step"] for row in metrics(out)][:2] == ["0", "20"]
+
+
+@pytest.mark.timeout(100)
+def test_char_transformer_loss_goes_down_and_it_samples_text(tmp_path: Path) -> None:
+    out = tmp_path / "chars"
+    stdout = python(
+        "char_transformer.py",
+        *("--steps", "40", "--log-every", "10", "--sample-length", "30", "--out", str(out)),
+        cwd=tmp_path,
+    )
+    first, last = map(float, found(r"train loss (\S+) -> (\S+)", stdout))
+    assert last < first - 0.2
+    found(r"^sample: (['\"])The river .{30,}\1$", stdout)  # a repr, on one line
+    rows = metrics(out)
+    assert [row["step"] for row in rows if row["train/loss"]] == ["10", "20", "30", "40"]
+    assert float(rows[-1]["val/loss"]) < first
+
+
+@pytest.mark.timeout(60)
+def test_checkpoint_resume_refuses_to_resume_without_a_checkpoint(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "checkpoint_resume.py"), "--resume", "--out", str(tmp_path / "none")],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 1 and "No checkpoint at" in done.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_checkpoint_resume_on_two_ddp_processes_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    out = tmp_path / "resume"
+    steps = ("--steps", "12", "--save-every", "4", "--log-every", "2", "--out", str(out))
+    stdout = on_two_processes("checkpoint_resume.py", *steps, "--stop-after", "6", cwd=tmp_path)
+    assert "step    4  saved" in stdout and "stopped after step 6" in stdout
+    assert (out / "checkpoint").is_file()  # under ddp one file; fsdp and deepspeed write folders
+
+    stdout = on_two_processes("checkpoint_resume.py", *steps, "--resume", "--verify", cwd=tmp_path)
+    assert "resumed from" in stdout and "at step 4" in stdout
+    assert "finished 12 steps, strategy DDPStrategy, world size 2" in stdout
+    assert "OK: the resumed run ends with the same parameters as an uninterrupted run of 12 steps" in stdout
