@@ -84,9 +84,7 @@ class Strategy(ABC):
     @property
     def checkpoint_io(self) -> CheckpointIO:
         if self._checkpoint_io is None:
-            from fabric_core.io.torch_io import TorchCheckpointIO
-
-            self._checkpoint_io = TorchCheckpointIO()
+            self._checkpoint_io = self.default_checkpoint_io()
         return self._checkpoint_io
 
     @checkpoint_io.setter
@@ -96,12 +94,22 @@ class Strategy(ABC):
     @property
     def precision(self) -> Precision:
         if self._precision is None:
-            self._precision = Precision()
+            self._precision = self.default_precision()
         return self._precision
 
     @precision.setter
     def precision(self, precision: Precision | None) -> None:
         self._precision = precision
+
+    def default_checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint I/O used when none was given (override for a device-specific one)."""
+        from fabric_core.io.torch_io import TorchCheckpointIO
+
+        return TorchCheckpointIO()
+
+    def default_precision(self) -> Precision:
+        """The precision used when none was given or connected: full fp32."""
+        return Precision()
 
     @property
     def launcher(self) -> Launcher | None:

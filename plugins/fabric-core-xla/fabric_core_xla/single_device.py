@@ -49,22 +49,10 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
     def root_device(self) -> torch.device:
         return self._device if self._device is not None else torch.device("xla", 0)
 
-    @property
-    def checkpoint_io(self) -> CheckpointIO:
-        if self._checkpoint_io is None:
-            self._checkpoint_io = XLACheckpointIO()
-        return self._checkpoint_io
+    def default_checkpoint_io(self) -> CheckpointIO:
+        """XLA tensors are saved through ``XLACheckpointIO`` (moved to the CPU, written by rank 0)."""
+        return XLACheckpointIO()
 
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
-
-    @property
-    def precision(self) -> Precision:
-        if self._precision is None:
-            self._precision = XLAPrecision("32-true")
-        return self._precision
-
-    @precision.setter
-    def precision(self, precision: Precision | None) -> None:
-        self._precision = precision
+    def default_precision(self) -> Precision:
+        """The XLA precision plugin in full precision."""
+        return XLAPrecision("32-true")
