@@ -119,6 +119,9 @@ class Fabric:
             overrides(self._strategy, Strategy, "backward")
             or overrides(self._precision, Precision, "pre_backward", "backward", "post_backward")
         )
+        # Whether model outputs may carry the guard against a raw `loss.backward()` (see FabricModule): only
+        # then does `fabric.backward` need to announce itself.
+        self._outputs_guarded = wrappers.guards_raw_backward(self._strategy)
         set_active_strategy(self._strategy)
         self._prepare_run_method()
         if _launched_by_cli():
@@ -323,6 +326,9 @@ class Fabric:
             model: The model the loss came from, for strategies that need it (DeepSpeed with several models).
             **kwargs: Passed to the underlying backward.
         """
+        if self._plain_backward and not self._outputs_guarded:
+            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            return
         state = wrappers.backward_state
         if self._plain_backward:
             # The outputs may still carry the guard against raw `loss.backward()` (see FabricModule).

@@ -67,6 +67,17 @@ def overrides(obj: object, base: type, *names: str, count_plain: bool = False) -
     )
 
 
+def guards_raw_backward(strategy: Strategy) -> bool:
+    """Whether model outputs carry the guard against a raw ``loss.backward()``.
+
+    Lightning's rule: the strategy or its precision overrides backward in its class, even where the override
+    is plain in this configuration (``plain_hooks``).
+    """
+    return overrides(strategy, Strategy, "backward", count_plain=True) or overrides(
+        strategy.precision, Precision, "pre_backward", "backward", "post_backward", count_plain=True
+    )
+
+
 def _compute_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
     try:
         parameters = inspect.signature(fn).parameters.values()
@@ -151,10 +162,7 @@ class FabricModule(Module):
         self._converts_output = overrides(precision, Precision, "convert_output")
         # A raw `loss.backward()` would skip what the strategy or precision does in backward (loss scaling):
         # outputs then carry a hook that refuses it. Nothing is hooked where backward is plain.
-        # Lightning's rule: any class-level override of backward counts, even one that is plain here.
-        self._guards_backward = overrides(strategy, Strategy, "backward", count_plain=True) or overrides(
-            precision, Precision, "pre_backward", "backward", "post_backward", count_plain=True
-        )
+        self._guards_backward = guards_raw_backward(strategy)
         # Where those overrides are plain (bf16-mixed), a raw backward would compute the same gradients: the
         # guard only points out the mistake, and is dropped once `fabric.backward` has been seen to run
         # (hooking every output costs about 10% of a tiny model's step).
