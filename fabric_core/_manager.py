@@ -216,10 +216,9 @@ class PluginManager:
             )
             self._problem(self._with(record, "conflict", reason))
             return
-        if name == BUILTIN or name in self.block:
-            why = "the name 'builtin' is reserved" if name == BUILTIN else "blocked by FABRIC_CORE_BLOCK_PLUGINS"
-            self._records[name] = self._with(record, "blocked", why)
-            log_event("plugin_blocked", plugin=name, reason=why)
+        if name in self.block:  # `builtin` is registered first, so it is never blocked: it is a conflict above
+            self._records[name] = self._with(record, "blocked", "blocked by FABRIC_CORE_BLOCK_PLUGINS")
+            log_event("plugin_blocked", plugin=name, reason="blocked")
             return
         if self.allow is not None and name not in self.allow:
             self._records[name] = self._with(record, "blocked", "not listed in FABRIC_CORE_PLUGINS")

@@ -270,3 +270,13 @@ def test_selection_hook_that_crashes_is_skipped_and_recorded() -> None:
 def test_strict_load_error_is_a_plugin_load_error() -> None:
     assert issubclass(PluginImportError, PluginLoadError)
     assert issubclass(PluginImportError, ImportError)
+
+
+def test_a_plugin_named_builtin_is_a_conflict_and_the_builtins_stay(tmp_path: Path) -> None:
+    with installed(tmp_path, ("dist-impostor", "builtin", strategy_plugin("impostor"))):
+        with pytest.warns(PluginWarning, match="already taken"):
+            m = manager()
+            records = m.records
+        assert [r.status for r in records if r.name == "builtin"] == ["loaded", "conflict"]
+        assert m.catalog.find("strategy", "impostor") is None
+        assert m.catalog.get("strategy", "single_device").plugin == "builtin"
