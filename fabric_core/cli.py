@@ -46,7 +46,9 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def _list_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
     catalog = manager.catalog
-    records = [r for r in manager.records if args.all or r.name != "builtin"]
+    records = sorted(
+        (r for r in manager.records if args.all or r.name != "builtin"), key=lambda r: (r.name != "builtin", r.name)
+    )
     entries = [e for e in catalog.entries(args.kind) if (args.all or e.plugin != "builtin")]
     entries.sort(key=lambda e: (KINDS.index(e.kind), e.plugin != "builtin", e.name))
     rows = [_entry_row(e, args.check) for e in entries]
