@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -172,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FabricCoreError as exc:
         print(f"fabric-core {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `fabric-core list-plugins | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
