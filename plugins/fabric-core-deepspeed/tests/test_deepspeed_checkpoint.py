@@ -8,9 +8,6 @@ devices=2)`` with DeepSpeed's default launcher, which runs the script again for 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -165,24 +162,8 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def seen(out_dir: Path) -> list[dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_CORE_") and k not in ("LOCAL_RANK", "RANK")}
-    job = subprocess.Popen(
-        [sys.executable, __file__, str(out_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
-    try:
-        output, _ = job.communicate(timeout=JOB_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)  # the job and the ranks it started
-        output, _ = job.communicate()
-        pytest.fail(f"the two-process DeepSpeed job did not finish in {JOB_TIMEOUT} s:\n{output}")
-    assert job.returncode == 0, output
-    return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+def seen(out_dir: Path, run_job: Any) -> list[dict[str, Any]]:
+    return run_job(__file__, out_dir, JOB_TIMEOUT)
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -13,9 +13,6 @@ The first DeepSpeed run on a machine JIT-compiles a small communication op (abou
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import warnings
 from datetime import timedelta
@@ -164,25 +161,9 @@ def main(out_dir: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def seen(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def seen(tmp_path_factory: pytest.TempPathFactory, run_job: Any) -> list[dict[str, Any]]:
     out_dir = tmp_path_factory.mktemp("deepspeed_training")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_CORE_") and k not in ("LOCAL_RANK", "RANK")}
-    job = subprocess.Popen(
-        [sys.executable, __file__, str(out_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
-    try:
-        output, _ = job.communicate(timeout=JOB_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)  # the job and the ranks it started
-        output, _ = job.communicate()
-        pytest.fail(f"the two-process DeepSpeed job did not finish in {JOB_TIMEOUT} s:\n{output}")
-    assert job.returncode == 0, output
-    return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+    return run_job(__file__, out_dir, JOB_TIMEOUT)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
