@@ -372,22 +372,25 @@ class ParallelStrategy(Strategy):
         from aborting the process at exit.
         """
         super().teardown()
-        self.release_modules()
-        gc.collect()
-        if self._distributed():
-            self.barrier("teardown")
-            dist.destroy_process_group()
+        self._close_process_group(meet_peers=True)
         if self._cluster_environment is not None:
             self._cluster_environment.teardown()
 
     def _close_at_exit(self) -> None:
-        if not self._distributed():
-            return
+        if self._distributed():
+            # After an uncaught exception the other ranks may never arrive: the job ends without meeting them.
+            self._close_process_group(meet_peers=not _exit.failed())
+
+    def _close_process_group(self, meet_peers: bool) -> None:
+        """Release the modules, collect, optionally meet the peers, and destroy the process group.
+
+        Tearing down gloo's connections while a peer still uses them aborts processes at exit about once in
+        ten runs; meeting first (a barrier that gives up rather than hangs), none in dozens.
+        """
         self.release_modules()
         gc.collect()
-        if not _exit.failed():
-            # Meet the other ranks first: tearing down gloo's connections while a peer still uses them
-            # aborts processes at exit about once in ten runs; with the barrier, none in dozens. After an
-            # uncaught exception the other ranks may never arrive, so the job ends without it.
+        if not self._distributed():
+            return
+        if meet_peers:
             _exit.bounded_barrier(self._timeout)
         dist.destroy_process_group()
