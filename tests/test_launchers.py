@@ -154,3 +154,17 @@ def test_a_failing_rank_ends_the_whole_job(tmp_path: Path, failing: int) -> None
     assert elapsed < 30
     assert f"RuntimeError: rank {failing} failed on purpose" in result.stderr
     assert_gone([int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_the_first_failing_worker_is_reported_not_a_consequence(tmp_path: Path) -> None:
+    # Rank 1 raises first but is still exiting when rank 0 fails because of it: torch would report rank 0.
+    result = subprocess.run(
+        [EXE, str(JOBS / "root_cause_job.py"), str(tmp_path / "flag")],
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.split() == ["reported", "1", "cause"], result.stdout + result.stderr

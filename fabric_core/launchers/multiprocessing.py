@@ -7,12 +7,13 @@ import os
 import pickle
 import random
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
-from torch.multiprocessing.spawn import start_processes
+from torch.multiprocessing.spawn import ProcessRaisedException, start_processes
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers._threads import set_num_threads_if_needed
@@ -89,10 +90,11 @@ class MultiProcessingLauncher(Launcher):
         set_num_threads_if_needed(num_processes)
         work: tuple[Any, ...] = (function, args, kwargs, self.strategy)
         payload: Any = work if self.start_method == "fork" else pickle.dumps((*work, GlobalState.capture()))
-        results = multiprocessing.get_context(self.start_method).SimpleQueue()
+        mp_context = multiprocessing.get_context(self.start_method)
+        results, failures = mp_context.SimpleQueue(), mp_context.SimpleQueue()
         context = start_processes(  # type: ignore[no-untyped-call]
             _run_worker,
-            args=(payload, results),
+            args=(payload, results, failures),
             nprocs=num_processes,
             start_method=self.start_method,
             join=False,
@@ -102,8 +104,11 @@ class MultiProcessingLauncher(Launcher):
         while True:
             if received is None and not results.empty():
                 received = results.get()
-            if context.join(timeout=_JOIN_POLL_SECONDS):
-                break
+            try:
+                if context.join(timeout=_JOIN_POLL_SECONDS):
+                    break
+            except ProcessRaisedException as error:
+                raise _root_cause(error, failures, context.pids()) from None
         if received is None and not results.empty():
             received = results.get()
         return pickle.loads(received) if received is not None else None
@@ -157,7 +162,23 @@ class GlobalState:
             numpy.random.set_state(self.numpy_rng)
 
 
-def _run_worker(process_index: int, payload: Any, results: Any) -> None:
+def _root_cause(error: ProcessRaisedException, failures: Any, pids: list[int]) -> ProcessRaisedException:
+    """The error of the worker that failed first.
+
+    When one worker raises, its peers' collectives fail too, and torch reports whichever failed worker it
+    notices first. Each worker records its traceback before its exit closes any connection, so the first
+    record is the cause, not a consequence.
+    """
+    if failures.empty():
+        return error
+    index, trace = failures.get()
+    if index == error.error_index:
+        return error
+    message = f"\n\n-- Process {index} terminated with the following error:\n{trace}"
+    return ProcessRaisedException(message, index, pids[index])
+
+
+def _run_worker(process_index: int, payload: Any, results: Any, failures: Any) -> None:
     if isinstance(payload, bytes):
         function, args, kwargs, strategy, state = pickle.loads(payload)
         state.restore()
@@ -168,7 +189,9 @@ def _run_worker(process_index: int, payload: Any, results: Any) -> None:
     try:
         output = function(*args, **kwargs)
     except BaseException:
-        # torch.multiprocessing reports it to the parent; the exit hook must not wait for the other ranks.
+        # Recorded before this process's exit closes its connections: the parent reports the first failure
+        # (the cause), and the exit hook must not wait for the other ranks.
+        failures.put((process_index, traceback.format_exc()))
         from fabric_core.strategies import _exit
 
         _exit.record_failure()
