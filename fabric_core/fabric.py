@@ -122,6 +122,7 @@ class Fabric:
         # Whether model outputs may carry the guard against a raw `loss.backward()` (see FabricModule): only
         # then does `fabric.backward` need to announce itself.
         self._outputs_guarded = wrappers.guards_raw_backward(self._strategy)
+        self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
         if _launched_by_cli():
@@ -337,7 +338,7 @@ class Fabric:
                 tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
             finally:
                 state.active = False
-            state.used_by.add(self._strategy)
+            self._announce_backward(state)
             return
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
@@ -347,7 +348,13 @@ class Fabric:
             self._strategy.backward(tensor, module, *args, **kwargs)
         finally:
             state.active = False
-        state.used_by.add(self._strategy)
+        self._announce_backward(state)
+
+    def _announce_backward(self, state: wrappers._BackwardState) -> None:
+        # Once per Fabric: a WeakSet.add builds a weak reference, half a microsecond on every step.
+        if not self._backward_announced:
+            state.used_by.add(self._strategy)
+            self._backward_announced = True
 
     def clip_gradients(
         self,

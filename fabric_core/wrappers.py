@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 from torch import Tensor
 from torch.nn import Module
+from torch.nn.modules import module as _torch_module
 from torch.optim import Optimizer
 
-from fabric_core.precision.precision import Precision
+from fabric_core.precision.precision import Precision, convert_floating_tensors, float_cast_of
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, move_data_to_device
 
@@ -41,6 +42,22 @@ __all__ = [
 
 #: Methods of a module that go through the strategy's forward without being marked (LightningModule's).
 STEP_METHODS: Final = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+#: torch's process-wide module hooks; where they are not where torch keeps them, every call takes
+#: ``Module.__call__`` (see ``FabricModule.__call__``).
+_GLOBAL_HOOKS: Final = tuple(
+    getattr(_torch_module, name, None)
+    for name in (
+        "_global_backward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_forward_hooks",
+    )
+)
+_DIRECT_CALLS: Final = all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS)
+if _DIRECT_CALLS:
+    _global_bw_pre, _global_bw, _global_fw_pre, _global_fw = _GLOBAL_HOOKS
+else:
+    _global_bw_pre = _global_bw = _global_fw_pre = _global_fw = {None: None}  # never empty: never direct
 _RAW_BACKWARD_MESSAGE: Final = (
     "The current strategy and precision selection requires you to call `fabric.backward(loss)` instead of"
     " `loss.backward()`."
@@ -137,6 +154,37 @@ def _attach_backward_guard(data: Any) -> None:
             _attach_backward_guard(getattr(data, field.name))
 
 
+def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``FabricModule.forward`` where the precision converts or outputs are guarded (``state``: its ``__dict__``)."""
+    forward_module: Module = state["_modules"]["_forward_module"]
+    strategy: Strategy = state["_strategy"]
+    precision = strategy.precision
+    input_dtype_of = state["_input_dtype_of"]
+    if input_dtype_of is not None:
+        dtype = input_dtype_of(precision)
+        args = convert_floating_tensors(args, dtype)
+        if kwargs:
+            kwargs = convert_floating_tensors(kwargs, dtype)
+    elif state["_converts_input"]:
+        args, kwargs = precision.convert_input((args, kwargs))
+    if state["_has_forward_context"]:
+        with precision.forward_context():
+            output = forward_module(*args, **kwargs)
+    else:
+        output = forward_module(*args, **kwargs)
+    output_dtype_of = state["_output_dtype_of"]
+    if output_dtype_of is not None:
+        output = convert_floating_tensors(output, output_dtype_of(precision))
+    elif state["_converts_output"]:
+        output = precision.convert_output(output)
+    if state["_guards_backward"]:
+        if state["_guard_always"] or strategy not in backward_state.used_by:
+            _attach_backward_guard(output)
+        else:
+            state["_guards_backward"] = False  # for good: this loop calls `fabric.backward`
+    return output
+
+
 class FabricModule(Module):
     """The module ``fabric.setup`` returns: runs the strategy's module under the precision's rules.
 
@@ -172,7 +220,34 @@ class FabricModule(Module):
         self._plain_forward = not (
             self._converts_input or self._has_forward_context or self._converts_output or self._guards_backward
         )
+        # Precisions whose conversions are plain float casts (`casts_floats_to`): the arguments are cast
+        # directly, without the hooks' `(args, kwargs)` packing.
+        self._input_dtype_of = float_cast_of(precision, "convert_input") if self._converts_input else None
+        self._output_dtype_of = float_cast_of(precision, "convert_output") if self._converts_output else None
         self._fabric_module_initialized = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # `Module.__call__` costs two Python frames and eight hook checks per step; without hooks on this
+        # wrapper (or process-wide ones) and without `compile()` of the wrapper itself, all it would do is call
+        # `forward`. State is read through `__dict__`: a module's own attribute lookups are slow (its
+        # `__getattr__` keeps Python from specialising them), several hundred instructions each.
+        # (Under `torch.jit.trace` the direct call only drops this wrapper's scope name from the graph.)
+        state = self.__dict__
+        if (
+            state["_forward_hooks"]
+            or state["_forward_pre_hooks"]
+            or state["_backward_hooks"]
+            or state["_backward_pre_hooks"]
+            or _global_fw
+            or _global_fw_pre
+            or _global_bw
+            or _global_bw_pre
+            or "_compiled_call_impl" in state
+        ):
+            return super().__call__(*args, **kwargs)
+        if state["_plain_forward"]:
+            return state["_modules"]["_forward_module"](*args, **kwargs)
+        return _precision_forward(state, args, kwargs)
 
     @property
     def module(self) -> Module:
@@ -199,25 +274,10 @@ class FabricModule(Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the strategy's module on the inputs, converted for the precision."""
-        forward_module: Module = self._modules["_forward_module"]  # type: ignore[assignment]
-        if self._plain_forward:
-            return forward_module(*args, **kwargs)
-        precision = self._strategy.precision
-        if self._converts_input:
-            args, kwargs = precision.convert_input((args, kwargs))
-        if self._has_forward_context:
-            with precision.forward_context():
-                output = forward_module(*args, **kwargs)
-        else:
-            output = forward_module(*args, **kwargs)
-        if self._converts_output:
-            output = precision.convert_output(output)
-        if self._guards_backward:
-            if self._guard_always or self._strategy not in backward_state.used_by:
-                _attach_backward_guard(output)
-            else:
-                self.__dict__["_guards_backward"] = False  # for good: this loop calls `fabric.backward`
-        return output
+        state = self.__dict__
+        if state["_plain_forward"]:
+            return state["_modules"]["_forward_module"](*args, **kwargs)
+        return _precision_forward(state, args, kwargs)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The original module's state dict (keys without a wrapper prefix)."""
@@ -324,7 +384,8 @@ class FabricModule(Module):
         return attr
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not self.__dict__.get("_fabric_module_initialized", False):
+        # `compile()` of the wrapper compiles the wrapper's call: the original module must not get it.
+        if not self.__dict__.get("_fabric_module_initialized", False) or name == "_compiled_call_impl":
             super().__setattr__(name, value)
             return
         original = self.module
@@ -390,6 +451,9 @@ class FabricOptimizer(Optimizer):
             overrides(strategy, Strategy, "optimizer_step")
             or overrides(strategy.precision, Precision, "optimizer_step")
         )
+        # `zero_grad` only ever delegates: the original's bound method, as an instance attribute, answers the
+        # call without a wrapper frame (a quarter of a microsecond per step).
+        self.zero_grad = optimizer.zero_grad  # type: ignore[method-assign]
 
     @property
     def optimizer(self) -> Optimizer:
@@ -422,15 +486,17 @@ class FabricOptimizer(Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Step the optimizer through the strategy and precision, then run ``on_after_optimizer_step``."""
-        if self._plain_step:
-            return self._optimizer.step() if closure is None else self._optimizer.step(closure)
+        state = self.__dict__  # one slow lookup instead of two (this class has `__getattr__`)
+        if state["_plain_step"]:
+            optimizer = state["_optimizer"]
+            return optimizer.step() if closure is None else optimizer.step(closure)
         kwargs = {} if closure is None else {"closure": closure}
         output = self._strategy.optimizer_step(self._optimizer, **kwargs)
         for hook, hook_kwargs in self._after_step:
             hook(**hook_kwargs)
         return output
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:  # replaced by the original's in `__init__`
         self._optimizer.zero_grad(set_to_none)
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,12 +10,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from fabric_core import Fabric
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.double import DoublePrecision
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.mixed import MixedPrecision
-from fabric_core.precision.precision import Precision, convert_floating_tensors
+from fabric_core.precision.precision import Precision, convert_floating_tensors, float_cast_of
 from fabric_core.strategies.single_device import SingleDeviceStrategy
+from fabric_core.testing import make_manager
 
 Pair = namedtuple("Pair", ["x", "y"])
 
@@ -339,3 +341,56 @@ def test_16_mixed_state_dict_round_trip() -> None:
     target = MixedPrecision("16-mixed", "cpu")
     target.load_state_dict(state)
     assert target.state_dict() == state
+
+
+class _TaggingMixed(MixedPrecision):
+    """Overrides the input conversion without declaring it a plain cast: the hook itself must run."""
+
+    def convert_input(self, data: Any) -> Any:
+        args, kwargs = data
+        return tuple(a * 0 + 7 if isinstance(a, torch.Tensor) else a for a in args), kwargs
+
+
+def test_an_overridden_conversion_hook_is_called_even_where_the_base_declared_a_cast() -> None:
+    plugin = _TaggingMixed("bf16-mixed", "cpu")
+    assert float_cast_of(plugin, "convert_input") is None
+    assert float_cast_of(plugin, "convert_output") is not None  # inherited, still a plain cast
+    fabric = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager())
+    seen: list[torch.Tensor] = []
+    model = fabric.setup(nn.Linear(4, 2))
+    model.module.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    assert model(torch.randn(2, 4)).dtype == torch.float32
+    assert torch.equal(seen[0], torch.full((2, 4), 7.0))  # the subclass's conversion ran, not a cast
+
+
+def test_a_conversion_replaced_on_the_instance_is_called() -> None:
+    plugin = MixedPrecision("bf16-mixed", "cpu")
+    calls: list[object] = []
+    plugin.convert_output = lambda data: calls.append(data) or data  # type: ignore[method-assign]
+    assert float_cast_of(plugin, "convert_output") is None
+    model = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager()).setup(nn.Linear(4, 2))
+    out = model(torch.randn(2, 4))
+    assert calls == [out] and out.dtype == torch.bfloat16  # the replacement returned it unconverted
+
+
+@pytest.mark.parametrize(
+    ("precision", "input_dtype"),
+    [("bf16-mixed", torch.bfloat16), ("bf16-true", torch.bfloat16), ("64-true", torch.float64)],
+)
+def test_declared_casts_convert_positional_and_keyword_inputs_alike(precision: str, input_dtype: torch.dtype) -> None:
+    fabric = Fabric(accelerator="cpu", precision=precision, plugin_manager=make_manager())  # type: ignore[arg-type]
+    seen: dict[str, torch.dtype] = {}
+
+    class TwoInputs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(4, 2)
+
+        def forward(self, a: torch.Tensor, *, b: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            seen.update(a=a.dtype, b=b.dtype, index=index.dtype)
+            return self.layer(a), index
+
+    model = fabric.setup(TwoInputs())
+    out, index = model(torch.randn(2, 4), b=torch.randn(2), index=torch.arange(2))
+    assert seen == {"a": input_dtype, "b": input_dtype, "index": torch.int64}
+    assert out.dtype == torch.get_default_dtype() and index.dtype == torch.int64

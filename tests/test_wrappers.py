@@ -474,3 +474,49 @@ def test_strategies_that_do_not_gather_collections_are_called_per_tensor() -> No
 
     make_fabric(strategy=PerTensor()).all_gather({"a": torch.ones(2), "b": [torch.zeros(1), 3]})
     assert len(calls) == 3 and all(isinstance(c, torch.Tensor) for c in calls)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_hooks_on_the_wrapper_run_and_may_change_the_output(precision: str) -> None:
+    # The wrapper skips `Module.__call__` only while it has no hooks: a hook added later must still run.
+    model = make_fabric(precision=precision).setup(nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    assert model(x).dtype == torch.float32
+    seen: list[str] = []
+    model.register_forward_pre_hook(lambda m, args: seen.append("pre"))
+    handle = model.register_forward_hook(lambda m, args, out: out * 0)
+    out = model(x)
+    assert seen == ["pre"]
+    assert torch.equal(out, torch.zeros(3, 2))
+    handle.remove()
+    assert model(x).abs().sum() > 0
+
+
+def test_global_module_hooks_see_the_wrapper_and_the_module() -> None:
+    model = make_fabric().setup(nn.Linear(4, 2))
+    seen: list[str] = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__))
+    try:
+        model(torch.randn(1, 4))
+    finally:
+        handle.remove()
+    assert seen == ["Linear", "FabricModule"]
+
+
+def test_backward_hooks_on_the_wrapper_run() -> None:
+    model = make_fabric().setup(nn.Linear(4, 2))
+    grads: list[torch.Size] = []
+    model.register_full_backward_hook(lambda m, grad_in, grad_out: grads.append(grad_out[0].shape))
+    model(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    assert grads == [torch.Size([3, 2])]
+
+
+def test_compiling_the_wrapper_compiles_the_wrapper_only() -> None:
+    fabric = make_fabric(precision="bf16-mixed")
+    model = fabric.setup(nn.Linear(4, 2))
+    model.compile(backend="eager")
+    assert "_compiled_call_impl" not in vars(model.module)
+    assert model(torch.randn(2, 4)).dtype == torch.float32  # through the compiled wrapper: converted
+    assert model.module(torch.randn(2, 4)).dtype == torch.float32  # the plain module: no autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.module(torch.randn(2, 4)).dtype == torch.bfloat16

@@ -8,7 +8,13 @@ from typing import Any
 import torch
 from torch.nn import Module
 
-from fabric_core.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabric_core.precision.precision import (
+    TO_DEFAULT_DTYPE,
+    Precision,
+    casts_floats_to,
+    convert_floating_tensors,
+    default_dtype,
+)
 
 __all__ = ["DoublePrecision"]
 
@@ -34,10 +40,12 @@ class DoublePrecision(Precision):
         """Tensors created inside the forward default to float64, matching the parameters."""
         return default_dtype(torch.float64)
 
+    @casts_floats_to(lambda _: torch.float64)
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point input tensors to float64."""
         return convert_floating_tensors(data, torch.float64)
 
+    @TO_DEFAULT_DTYPE
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Any, Final
 
 import torch
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabric_core.precision.precision import (
+    TO_DEFAULT_DTYPE,
+    Precision,
+    casts_floats_to,
+    convert_floating_tensors,
+    default_dtype,
+)
 
 __all__ = ["HalfPrecision"]
 
@@ -53,10 +60,12 @@ class HalfPrecision(Precision):
         """Tensors created inside the forward default to the half dtype, matching the parameters."""
         return default_dtype(self.dtype)
 
+    @casts_floats_to(operator.attrgetter("dtype"))
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point input tensors to the half dtype."""
         return convert_floating_tensors(data, self.dtype)
 
+    @TO_DEFAULT_DTYPE
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Any, Final
 
 import torch
 from torch.amp import GradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import convert_floating_tensors
+from fabric_core.precision.precision import TO_DEFAULT_DTYPE, casts_floats_to, convert_floating_tensors
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
@@ -60,10 +61,12 @@ class MixedPrecision(LossScaling):
         """Autocast to the half dtype on this plugin's device type."""
         return torch.autocast(self.device, dtype=self.dtype)
 
+    @casts_floats_to(operator.attrgetter("dtype"))
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point input tensors to the half dtype."""
         return convert_floating_tensors(data, self.dtype)
 
+    @TO_DEFAULT_DTYPE
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import operator
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -11,7 +12,13 @@ import torch
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabric_core.precision.precision import (
+    TO_DEFAULT_DTYPE,
+    Precision,
+    casts_floats_to,
+    convert_floating_tensors,
+    default_dtype,
+)
 
 __all__ = ["MODES", "BitsandbytesPrecision"]
 
@@ -131,10 +138,12 @@ class BitsandbytesPrecision(Precision):
         """Tensors created in the forward default to the compute dtype."""
         return default_dtype(self.dtype)
 
+    @casts_floats_to(operator.attrgetter("dtype"))
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point inputs to the compute dtype."""
         return convert_floating_tensors(data, self.dtype)
 
+    @TO_DEFAULT_DTYPE
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point outputs back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())

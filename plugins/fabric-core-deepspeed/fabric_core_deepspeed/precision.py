@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Any, Final
 
 import torch
@@ -10,7 +11,13 @@ from torch import Tensor
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabric_core.precision.precision import (
+    TO_DEFAULT_DTYPE,
+    Precision,
+    casts_floats_to,
+    convert_floating_tensors,
+    default_dtype,
+)
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -69,10 +76,12 @@ class DeepSpeedPrecision(Precision):
     def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
         return self.tensor_init_context()
 
+    @casts_floats_to(operator.attrgetter("dtype"))
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point inputs to the dtype of the engine's parameters."""
         return convert_floating_tensors(data, self.dtype)
 
+    @TO_DEFAULT_DTYPE
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point outputs back to ``torch.get_default_dtype()``."""
         return convert_floating_tensors(data, torch.get_default_dtype())
