@@ -158,7 +158,7 @@ def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dic
     """``FabricModule.forward`` where the precision converts or outputs are guarded (``state``: its ``__dict__``)."""
     forward_module: Module = state["_modules"]["_forward_module"]
     strategy: Strategy = state["_strategy"]
-    precision = strategy.precision
+    precision: Precision = state["_precision"]
     input_dtype_of = state["_input_dtype_of"]
     if input_dtype_of is not None:
         dtype = input_dtype_of(precision)
@@ -205,6 +205,8 @@ class FabricModule(Module):
         self._strategy = strategy
         self._forward_methods = set(STEP_METHODS)
         precision = strategy.precision
+        # The flags below were decided for this precision: the forward uses it, not a later replacement.
+        self._precision = precision
         self._converts_input = overrides(precision, Precision, "convert_input")
         self._has_forward_context = overrides(precision, Precision, "forward_context")
         self._converts_output = overrides(precision, Precision, "convert_output")

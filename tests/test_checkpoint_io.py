@@ -356,3 +356,54 @@ def test_remove_checkpoint_file_folder_and_missing(tmp_path: Path) -> None:
     io.remove_checkpoint(tmp_path / "sharded")
     io.remove_checkpoint(tmp_path / "never-existed.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+def _zip_crc_errors(path: Path) -> str | None:
+    with zipfile.ZipFile(path) as archive:
+        return archive.testzip()  # the first record whose CRC32 does not match, or None
+
+
+def test_saves_leave_out_zip_crc32s_and_still_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt.pt"
+    weights = torch.randn(64, 64)
+    TorchCheckpointIO().save_checkpoint({"w": weights}, path)
+    assert _zip_crc_errors(path) is not None  # written as zero: torch.load never checks them
+    assert torch.equal(TorchCheckpointIO().load_checkpoint(path)["w"], weights)
+    assert torch.serialization.get_crc32_options() is True  # torch's own setting is back
+
+
+def test_zip_crc32_true_writes_verifiable_archives(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt.pt"
+    io = TorchCheckpointIO(zip_crc32=True)
+    assert repr(io) == "TorchCheckpointIO(zip_crc32=True)"
+    io.save_checkpoint({"w": torch.randn(64, 64)}, path)
+    assert _zip_crc_errors(path) is None
+
+
+def test_saves_in_several_threads_each_leave_out_crcs_and_restore_the_setting(tmp_path: Path) -> None:
+    import threading
+
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    class Slow:
+        """Pickled inside torch.save: holds every thread's save open until all three are in."""
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            barrier.wait(timeout=30)
+            return (int, (0,))
+
+    def save(index: int) -> None:
+        try:
+            TorchCheckpointIO().save_checkpoint({"slow": Slow(), "w": torch.ones(8)}, tmp_path / f"{index}.pt")
+        except BaseException as err:  # reported below: a thread's exception would be lost
+            errors.append(err)
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert torch.serialization.get_crc32_options() is True
+    assert all(_zip_crc_errors(tmp_path / f"{i}.pt") is not None for i in range(3))

@@ -6,16 +6,19 @@ one file reuse it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import queue
 import re
 import secrets
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
-__all__ = ["atomic_write", "remove_stale_temps", "temp_path_for"]
+__all__ = ["atomic_write", "remove_stale_temps", "temp_path_for", "wait_for_removals"]
 
 PathLike = str | os.PathLike[str]
 
@@ -91,6 +94,67 @@ def remove_stale_temps(target: PathLike) -> list[Path]:
     return removed
 
 
+#: Replaced files at least this large are released by a background thread (see :func:`atomic_write`).
+BACKGROUND_REMOVAL_BYTES: Final = 64 * 2**20
+
+
+class _Remover:
+    """One daemon thread that unlinks files queued to it; started on first use, drained at exit."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, path: Path) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fabric-core-remover", daemon=True)
+                self._thread.start()
+                atexit.register(self.wait)
+        self._queue.put(os.fspath(path))
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass  # gone already, or not ours to remove: a later save's stale-temp sweep retries
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._queue.join()
+
+
+_remover: Final = _Remover()
+
+
+def wait_for_removals() -> None:
+    """Block until the files :func:`atomic_write` replaced have been deleted in the background."""
+    _remover.wait()
+
+
+def _hold_replaced(target: Path) -> Path | None:
+    """Give a large file about to be replaced a second name, so that replacing it does not free it.
+
+    Freeing a file's blocks costs about a second per GB on some filesystems (ext4 with discard, network
+    volumes), and ``os.replace`` would do it in the caller's thread. With a second link the rename only
+    drops a name; the background thread deletes the last one. The name is a temp name of this process,
+    so if the process dies first, the next write of ``target`` on this host removes it.
+    """
+    try:
+        if os.lstat(target).st_size < BACKGROUND_REMOVAL_BYTES:
+            return None
+        held = temp_path_for(target)
+        os.link(target, held, follow_symlinks=False)
+    except (OSError, NotImplementedError):  # no such file, or no hard links here (FAT, some network mounts)
+        return None
+    return held
+
+
 def _fsync_directory(directory: Path) -> None:
     if os.name == "nt":  # Windows cannot open a directory for fsync; NTFS journals the rename itself.
         return
@@ -115,7 +179,8 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
     place, and the folder is fsynced after, so a crash at any point leaves either the previous file or the
     complete new one. If the block raises, the temp file is deleted and ``path`` is untouched. A writer
     killed outright (SIGKILL, power loss) can leave its temp file behind; the next write to the same path
-    on the same host removes it.
+    on the same host removes it. A replaced file of :data:`BACKGROUND_REMOVAL_BYTES` or more is deleted by
+    a background thread (:func:`wait_for_removals` waits for it; so does interpreter exit).
 
     Example::
 
@@ -139,9 +204,18 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
             yield file
             file.flush()
             os.fsync(file.fileno())
-        os.replace(tmp, target)
+        held = _hold_replaced(target)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            if held is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(held)  # the target still has its own name: only the extra one goes
+            raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_directory(target.parent)
+    if held is not None:
+        _remover.submit(held)

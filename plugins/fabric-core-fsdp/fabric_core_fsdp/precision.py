@@ -74,6 +74,9 @@ class FSDPPrecision(LossScaling):
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
         self.init_scaling(scaler)
+        if precision == "32-true":
+            # Nothing to convert and no autocast: the wrappers call the module directly.
+            self.plain_hooks = self.plain_hooks | {"convert_input", "convert_output", "forward_context"}
 
     @property
     def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:

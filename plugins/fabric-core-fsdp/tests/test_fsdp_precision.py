@@ -80,3 +80,18 @@ def test_unknown_precision_lists_the_choices() -> None:
 def test_a_scaler_is_only_for_16_mixed() -> None:
     with pytest.raises(InvalidConfigError, match="only '16-mixed' scales"):
         FSDPPrecision("bf16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))
+
+
+@pytest.mark.parametrize(("precision", "plain"), [("32-true", True), ("bf16-mixed", False), ("bf16-true", False)])
+def test_only_full_precision_leaves_the_forward_plain(precision: str, plain: bool) -> None:
+    from fabric_core.precision.precision import Precision
+    from fabric_core.wrappers import overrides
+
+    plugin = FSDPPrecision(precision, device="cpu")
+    assert overrides(plugin, Precision, "convert_input", "convert_output", "forward_context") is not plain
+    x = torch.randn(2, 3, dtype=torch.float16)
+    # What "plain" promises: the hooks really do nothing in this configuration.
+    if plain:
+        assert plugin.convert_input(x) is x and plugin.convert_output(x) is x
+        with plugin.forward_context():
+            assert not torch.is_autocast_enabled("cpu") and torch.get_default_dtype() == torch.float32
