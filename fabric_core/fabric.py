@@ -338,7 +338,8 @@ class Fabric:
                 tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
             finally:
                 state.active = False
-            self._announce_backward(state)
+            if not self._backward_announced:
+                self._announce_backward(state)
             return
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
@@ -348,13 +349,13 @@ class Fabric:
             self._strategy.backward(tensor, module, *args, **kwargs)
         finally:
             state.active = False
-        self._announce_backward(state)
+        if not self._backward_announced:
+            self._announce_backward(state)
 
     def _announce_backward(self, state: wrappers._BackwardState) -> None:
         # Once per Fabric: a WeakSet.add builds a weak reference, half a microsecond on every step.
-        if not self._backward_announced:
-            state.used_by.add(self._strategy)
-            self._backward_announced = True
+        state.used_by.add(self._strategy)
+        self._backward_announced = True
 
     def clip_gradients(
         self,
