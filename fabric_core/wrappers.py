@@ -238,30 +238,21 @@ class FabricModule(Module):
         # directly, without the hooks' `(args, kwargs)` packing.
         self._input_dtype_of = float_cast_of(precision, "convert_input") if self._converts_input else None
         self._output_dtype_of = float_cast_of(precision, "convert_output") if self._converts_output else None
+        self._direct_call = _DIRECT_CALLS
         self._fabric_module_initialized = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # `Module.__call__` costs two Python frames and eight hook checks per step; without hooks on this
-        # wrapper (or process-wide ones) and without `compile()` of the wrapper itself, all it would do is call
-        # `forward`. State is read through `__dict__`: a module's own attribute lookups are slow (its
-        # `__getattr__` keeps Python from specialising them), several hundred instructions each.
+        # `Module.__call__` costs two Python frames and eight hook checks per step; while this wrapper has
+        # no hooks (`_direct_call`, cleared by every hook registration and by `compile()`) and no
+        # process-wide ones exist, all it would do is call `forward`. State is read through `__dict__`: a
+        # module's own attribute lookups are slow (its `__getattr__` keeps Python from specialising them).
         # (Under `torch.jit.trace` the direct call only drops this wrapper's scope name from the graph.)
         state = self.__dict__
-        if (
-            state["_forward_hooks"]
-            or state["_forward_pre_hooks"]
-            or state["_backward_hooks"]
-            or state["_backward_pre_hooks"]
-            or _global_fw
-            or _global_fw_pre
-            or _global_bw
-            or _global_bw_pre
-            or "_compiled_call_impl" in state
-        ):
-            return super().__call__(*args, **kwargs)
-        if state["_plain_forward"]:
-            return state["_modules"]["_forward_module"](*args, **kwargs)
-        return _precision_forward(state, args, kwargs)
+        if state["_direct_call"] and not (_global_fw or _global_fw_pre or _global_bw or _global_bw_pre):
+            if state["_plain_forward"]:
+                return state["_modules"]["_forward_module"](*args, **kwargs)
+            return _precision_forward(state, args, kwargs)
+        return super().__call__(*args, **kwargs)
 
     @property
     def module(self) -> Module:
@@ -398,8 +389,13 @@ class FabricModule(Module):
         return attr
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # `compile()` of the wrapper compiles the wrapper's call: the original module must not get it.
-        if not self.__dict__.get("_fabric_module_initialized", False) or name == "_compiled_call_impl":
+        if name == "_compiled_call_impl":
+            # `compile()` of the wrapper compiles the wrapper's call, which `Module.__call__` runs: the
+            # original module must not get it.
+            self.__dict__["_direct_call"] = False
+            super().__setattr__(name, value)
+            return
+        if not self.__dict__.get("_fabric_module_initialized", False):
             super().__setattr__(name, value)
             return
         original = self.module
@@ -417,6 +413,27 @@ class FabricModule(Module):
             or name in self._modules
             or hasattr(type(self), name)
         )
+
+
+def _registration_ending_direct_calls(name: str) -> Callable[..., Any]:
+    registration: Callable[..., Any] = getattr(Module, name)
+
+    @functools.wraps(registration)
+    def register(self: FabricModule, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__["_direct_call"] = False  # from now on calls go through `Module.__call__`, which runs hooks
+        return registration(self, *args, **kwargs)
+
+    return register
+
+
+for _name in (
+    "register_forward_pre_hook",
+    "register_forward_hook",
+    "register_full_backward_pre_hook",
+    "register_full_backward_hook",
+    "register_backward_hook",
+):
+    setattr(FabricModule, _name, _registration_ending_direct_calls(_name))
 
 
 _FABRIC_OPTIMIZER_CLASSES: Final[dict[type[Optimizer], type[FabricOptimizer]]] = {}

@@ -520,3 +520,10 @@ def test_compiling_the_wrapper_compiles_the_wrapper_only() -> None:
     assert model.module(torch.randn(2, 4)).dtype == torch.float32  # the plain module: no autocast
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.module(torch.randn(2, 4)).dtype == torch.bfloat16
+
+
+def test_a_copied_wrapper_with_hooks_still_runs_them() -> None:
+    model = make_fabric().setup(nn.Linear(4, 2))
+    model.register_forward_hook(lambda m, args, out: out * 0)
+    copied = copy.deepcopy(model)
+    assert torch.equal(copied(torch.randn(3, 4)), torch.zeros(3, 2))
