@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import OrderedDict, defaultdict, namedtuple
 from typing import Any
@@ -15,7 +16,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.double import DoublePrecision
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.mixed import MixedPrecision
-from fabric_core.precision.precision import Precision, convert_floating_tensors, float_cast_of
+from fabric_core.precision.precision import Precision, autocast_of, convert_floating_tensors, float_cast_of
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.testing import make_manager
 
@@ -394,3 +395,59 @@ def test_declared_casts_convert_positional_and_keyword_inputs_alike(precision: s
     out, index = model(torch.randn(2, 4), b=torch.randn(2), index=torch.arange(2))
     assert seen == {"a": input_dtype, "b": input_dtype, "index": torch.int64}
     assert out.dtype == torch.get_default_dtype() and index.dtype == torch.int64
+
+
+class _Recorder(nn.Module):
+    """Records what the forward sees: input dtypes, and whether and how autocast is on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 2)
+        self.seen: list[tuple[Any, ...]] = []
+
+    def forward(self, batch: Any, scale: Tensor | None = None) -> Any:
+        x = batch["x"] if isinstance(batch, dict) else batch
+        self.seen.append((x.dtype, torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        out = self.layer(x.float())  # under autocast the layer still runs in the autocast dtype
+        return {"out": out, "index": torch.arange(2)} if isinstance(batch, dict) else out
+
+
+@pytest.mark.parametrize("batch_kind", ["tensor", "dict"])
+def test_the_inlined_mixed_forward_matches_the_general_one(batch_kind: str) -> None:
+    fabric = Fabric(accelerator="cpu", precision="bf16-mixed", plugin_manager=make_manager())
+    model = fabric.setup(_Recorder())
+    x = torch.randn(3, 4)
+    batch: Any = x if batch_kind == "tensor" else {"x": x}
+    for _ in range(3):  # calls guard raw backward until one sees fabric.backward ran; then the inlined path runs
+        fast = model(batch)
+        out = fast if batch_kind == "tensor" else fast["out"]
+        fabric.backward(out.sum())
+    general = model(batch, scale=None)  # a keyword: the general path
+    for result in (fast, general):
+        out = result if batch_kind == "tensor" else result["out"]
+        assert out.dtype == torch.float32
+        if batch_kind == "dict":
+            assert result["index"].dtype == torch.int64
+    assert model.__dict__["_guards_backward"] is False  # so the last loop call took the inlined path
+    assert model.module.seen == [(torch.bfloat16, True, torch.bfloat16)] * 4
+    assert torch.equal(
+        fast if batch_kind == "tensor" else fast["out"], general if batch_kind == "tensor" else general["out"]
+    )
+
+
+class _NoAutocast(MixedPrecision):
+    """Overrides the context without declaring it an autocast: the wrapper must enter this one."""
+
+    def forward_context(self) -> Any:
+        return contextlib.nullcontext()
+
+
+def test_an_overridden_forward_context_is_entered_instead_of_autocast() -> None:
+    plugin = _NoAutocast("bf16-mixed", "cpu")
+    assert autocast_of(plugin) is None
+    assert autocast_of(MixedPrecision("bf16-mixed", "cpu")) == ("cpu", torch.bfloat16)
+    fabric = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager())
+    model = fabric.setup(_Recorder())
+    for _ in range(2):
+        fabric.backward(model(torch.randn(3, 4)).sum())
+    assert [enabled for _, enabled, _ in model.module.seen] == [False, False]

@@ -10,7 +10,12 @@ import torch
 from torch.amp import GradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import TO_DEFAULT_DTYPE, casts_floats_to, convert_floating_tensors
+from fabric_core.precision.precision import (
+    TO_DEFAULT_DTYPE,
+    autocast_context,
+    casts_floats_to,
+    convert_floating_tensors,
+)
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
@@ -57,6 +62,7 @@ class MixedPrecision(LossScaling):
             scaler = GradScaler(self.device)
         self.init_scaling(scaler)
 
+    @autocast_context
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """Autocast to the half dtype on this plugin's device type."""
         return torch.autocast(self.device, dtype=self.dtype)
