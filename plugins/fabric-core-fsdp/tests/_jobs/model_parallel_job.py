@@ -91,7 +91,8 @@ def main(fabric: Fabric, outdir: str) -> None:
 
 
 if __name__ == "__main__":
+    # Spawn, as in fsdp_checkpoint_job.py: a forked FSDP rank once aborted in malloc.
     fabric = Fabric(
-        accelerator="cpu", devices=2, strategy=spec("model_parallel", parallelize_fn=parallelize, start_method="fork")
+        accelerator="cpu", devices=2, strategy=spec("model_parallel", parallelize_fn=parallelize, start_method="spawn")
     )
     fabric.launch(main, sys.argv[1])
