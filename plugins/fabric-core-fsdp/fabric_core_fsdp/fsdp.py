@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -272,12 +272,23 @@ class FSDPStrategy(ShardedStrategy):
         if self._offload is not None:
             kwargs["offload_policy"] = self._offload
         if self._wrap_policy is not None:
-            # Children before parents: fully_shard on a parent takes only parameters no child unit holds.
-            for sub in reversed(list(module.modules())):
+            # Children before parents (fully_shard on a parent takes only parameters no child unit holds),
+            # siblings in their order, as a hand-written `for block in model.blocks: fully_shard(block)`.
+            for sub in _post_order(module):
                 if sub is not module and self._wrap_policy(sub):
                     fully_shard(sub, **kwargs)
         fully_shard(module, **kwargs)
         return module
+
+
+def _post_order(module: Module, seen: set[int] | None = None) -> Iterator[Module]:
+    """``module`` and its submodules once each (as ``modules()``), every one after its children, siblings in order."""
+    seen = set() if seen is None else seen
+    seen.add(id(module))
+    for child in module.children():
+        if id(child) not in seen:
+            yield from _post_order(child, seen)
+    yield module
 
 
 def _checkpoint_activations(module: Module, policy: Callable[[Module], bool]) -> None:

@@ -159,3 +159,14 @@ def test_no_backward_sync_needs_an_fsdp_module() -> None:
 def test_the_device_mesh_exists_only_once_launched() -> None:
     with pytest.raises(RuntimeError, match="launch"):
         _ = connected().device_mesh
+
+
+def test_wrap_order_is_children_first_siblings_in_order_each_module_once() -> None:
+    from fabric_core_fsdp.fsdp import _post_order
+
+    shared = nn.Linear(2, 2)
+    inner = nn.Sequential(nn.Linear(1, 1), nn.ReLU())
+    model = nn.Sequential(inner, shared, nn.Sequential(shared))
+    order = list(_post_order(model))
+    assert order == [inner[0], inner[1], inner, shared, model[2], model]
+    assert {id(m) for m in order} == {id(m) for m in model.modules()} and len(order) == len(list(model.modules()))
