@@ -197,8 +197,31 @@ def time_block(function: Callable[[], Any], repeat: int, before: Callable[[], An
     return robust_mean(times)
 
 
+def _balanced_orders(count: int) -> list[list[int]]:
+    """A Williams design: orders of ``count`` items in which each item takes every position equally often
+    and follows every other item equally often (first-order carry-over balanced)."""
+    first = [0]
+    low, high = 1, count - 1
+    while len(first) < count:
+        first.append(low if len(first) % 2 else high)
+        if len(first) % 2:
+            high -= 1
+        else:
+            low += 1
+    orders = [[(item + shift) % count for item in first] for shift in range(count)]
+    if count % 2:
+        orders += [order[::-1] for order in orders]
+    return orders
+
+
 def interleave(measures: dict[str, Measure], rounds: int, seed: int = 0, warmup: int = 1) -> dict[str, list[float]]:
-    """Measure every variant once per round, in a new random order each round.
+    """Measure every variant once per round; across rounds, orders from a balanced design.
+
+    A plain shuffle per round leaves position effects in (the variant measured after the biggest one
+    runs on its cold caches; the first after a barrier wakes the other process): with a few dozen rounds
+    they do not average out, and with a fixed seed they come back in every run. The orders here put each
+    variant in each position, and after each other variant, equally often; the seed maps variants to the
+    design's slots and shuffles the order of its rows.
 
     Args:
         measures: ``{variant: measure}``. Where it has :data:`RAW` but no :data:`AA`, an A/A twin of the raw
@@ -211,17 +234,20 @@ def interleave(measures: dict[str, Measure], rounds: int, seed: int = 0, warmup:
         ``{variant: [value per round]}``.
     """
     measures = {**measures, AA: measures[RAW]} if RAW in measures and AA not in measures else dict(measures)
-    order = list(measures)
+    names = list(measures)
     rng = random.Random(seed)
+    rng.shuffle(names)
+    design = _balanced_orders(len(names))
+    rng.shuffle(design)
     # A full collection with torch loaded takes hundreds of milliseconds: do it once, then move every
     # surviving object out of the collector's sight, so that the cheap young collections between blocks
     # are all that runs (time_block holds the collector off inside a block).
     gc.collect()
     gc.freeze()
-    values: dict[str, list[float]] = {name: [] for name in order}
+    values: dict[str, list[float]] = {name: [] for name in names}
     for index in range(warmup + rounds):
-        rng.shuffle(order)
-        for name in order:
+        # Warm-up rounds take the design's last rows, so that the counted rounds start at its first.
+        for name in (names[slot] for slot in design[(index - warmup) % len(design)]):
             value = measures[name]()
             if index >= warmup:
                 values[name].append(value)
