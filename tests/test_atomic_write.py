@@ -93,3 +93,43 @@ def test_a_second_name_left_by_a_killed_writer_is_swept_by_the_next_write(tmp_pa
     _write(target, b"new")
     wait_for_removals()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_wait_for_the_parents_pending_removal(
+    tmp_path: Path, small_threshold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "last.ckpt"
+    _write(target, b"o" * small_threshold)
+    release = threading.Event()
+    real_unlink = os.unlink
+
+    def held_unlink(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        if threading.current_thread().name == "fabric-core-remover":
+            release.wait(30)  # the removal stays pending while the child is forked
+        real_unlink(path)
+
+    monkeypatch.setattr(atomic.os, "unlink", held_unlink)
+    _write(target, b"new")
+    pid = os.fork()
+    if pid == 0:  # the child: what its exit would run
+        try:
+            wait_for_removals()
+        finally:
+            os._exit(0)
+    try:
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            threading.Event().wait(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child waited for a removal only its parent's thread can finish")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+    wait_for_removals()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]

@@ -102,6 +102,13 @@ class _Remover:
     """One daemon thread that unlinks files queued to it; started on first use, drained at exit."""
 
     def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A forked child has none of the parent's threads: its copy of the queue (perhaps with pending
+            # files, perhaps with a lock held mid-operation) must not be waited on at its exit.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._queue: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
