@@ -122,6 +122,8 @@ class Fabric:
         # Whether model outputs may carry the guard against a raw `loss.backward()` (see FabricModule): only
         # then does `fabric.backward` need to announce itself.
         self._outputs_guarded = wrappers.guards_raw_backward(self._strategy)
+        # `loss.backward()` itself, with nothing around it: plain, and no guard left to satisfy.
+        self._direct_backward = self._plain_backward and not self._outputs_guarded
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
@@ -327,19 +329,18 @@ class Fabric:
             model: The model the loss came from, for strategies that need it (DeepSpeed with several models).
             **kwargs: Passed to the underlying backward.
         """
-        if self._plain_backward and not self._outputs_guarded:
-            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if self._direct_backward:
+            if args or kwargs:
+                tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            else:
+                tensor.backward()  # type: ignore[no-untyped-call]
             return
         state = wrappers.backward_state
         if self._plain_backward:
-            # The outputs may still carry the guard against raw `loss.backward()` (see FabricModule).
-            state.active = True
-            try:
-                tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
-            finally:
-                state.active = False
-            if not self._backward_announced:
-                self._announce_backward(state)
+            # The outputs carry the guard that a plain backward lifts once this Fabric is announced (see
+            # FabricModule): from then on every call is direct.
+            self._announce_backward(state)
+            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
             return
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
@@ -353,9 +354,11 @@ class Fabric:
             self._announce_backward(state)
 
     def _announce_backward(self, state: wrappers._BackwardState) -> None:
-        # Once per Fabric: a WeakSet.add builds a weak reference, half a microsecond on every step.
+        # Once per Fabric (a WeakSet.add builds a weak reference, half a microsecond on every step). FabricModules
+        # stop guarding their outputs when they see it, and the guards of a plain backward let it pass.
         state.used_by.add(self._strategy)
         self._backward_announced = True
+        self._direct_backward = self._plain_backward
 
     def clip_gradients(
         self,

@@ -141,24 +141,40 @@ backward_state: Final = _BackwardState()
 
 
 def _guard_raw_backward(grad: Tensor) -> None:
+    """The guard where backward differs (loss scaling, a strategy's backward): only `fabric.backward` may run it."""
     if not backward_state.active:
         raise RuntimeError(_RAW_BACKWARD_MESSAGE)
 
 
-def _attach_backward_guard(data: Any) -> None:
+def _plain_guard(strategy: Strategy) -> Callable[[Tensor], None]:
+    """The guard where backward is plain but the API still refuses a raw one (Lightning's rule).
+
+    It lets a raw backward through once ``fabric.backward`` has run for ``strategy``: the gradients are the
+    same, and the guard only points out the mistake in a loop that never calls ``fabric.backward``. So,
+    once announced, ``fabric.backward`` needs no bookkeeping around each step's backward.
+    """
+
+    def guard(grad: Tensor) -> None:
+        if not backward_state.active and strategy not in backward_state.used_by:
+            raise RuntimeError(_RAW_BACKWARD_MESSAGE)
+
+    return guard
+
+
+def _attach_backward_guard(data: Any, guard: Callable[[Tensor], None]) -> None:
     """Hook every output tensor that requires grad, without rebuilding the output's containers."""
     if isinstance(data, Tensor):
         if data.requires_grad:
-            data.register_hook(_guard_raw_backward)  # type: ignore[no-untyped-call]
+            data.register_hook(guard)  # type: ignore[no-untyped-call]
     elif isinstance(data, (list, tuple)):
         for item in data:
-            _attach_backward_guard(item)
+            _attach_backward_guard(item, guard)
     elif isinstance(data, Mapping):
         for item in data.values():
-            _attach_backward_guard(item)
+            _attach_backward_guard(item, guard)
     elif dataclasses.is_dataclass(data) and not isinstance(data, type):
         for field in dataclasses.fields(data):
-            _attach_backward_guard(getattr(data, field.name))
+            _attach_backward_guard(getattr(data, field.name), guard)
 
 
 def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -198,8 +214,10 @@ def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dic
     elif state["_converts_output"]:
         output = precision.convert_output(output)
     if state["_guards_backward"]:
-        if state["_guard_always"] or strategy not in backward_state.used_by:
-            _attach_backward_guard(output)
+        if state["_guard_always"]:
+            _attach_backward_guard(output, _guard_raw_backward)
+        elif strategy not in backward_state.used_by:
+            _attach_backward_guard(output, _plain_guard(strategy))
         else:
             state["_guards_backward"] = False  # for good: this loop calls `fabric.backward`
     return output

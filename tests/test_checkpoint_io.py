@@ -407,3 +407,12 @@ def test_saves_in_several_threads_each_leave_out_crcs_and_restore_the_setting(tm
     assert not errors
     assert torch.serialization.get_crc32_options() is True
     assert all(_zip_crc_errors(tmp_path / f"{i}.pt") is not None for i in range(3))
+
+
+def test_a_subclass_that_skips_the_base_init_still_saves(tmp_path: Path) -> None:
+    class OwnInit(TorchCheckpointIO):
+        def __init__(self) -> None:  # does not call super().__init__()
+            self.note = "mine"
+
+    OwnInit().save_checkpoint({"w": torch.ones(2)}, tmp_path / "ckpt.pt")
+    assert torch.equal(TorchCheckpointIO().load_checkpoint(tmp_path / "ckpt.pt")["w"], torch.ones(2))

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 from fabric_core import is_wrapped
 from fabric_core.errors import FabricCoreWarning
 from fabric_core.fabric import Fabric
+from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.testing import make_manager
 from fabric_core.wrappers import (
@@ -527,3 +528,34 @@ def test_a_copied_wrapper_with_hooks_still_runs_them() -> None:
     model.register_forward_hook(lambda m, args, out: out * 0)
     copied = copy.deepcopy(model)
     assert torch.equal(copied(torch.randn(3, 4)), torch.zeros(3, 2))
+
+
+def test_once_fabric_backward_ran_a_plain_guard_lets_a_raw_backward_through() -> None:
+    # bf16-mixed computes the same gradients either way: the guard only points out a loop that never calls
+    # fabric.backward.
+    fabric = make_fabric(precision="bf16-mixed")
+    model = fabric.setup(nn.Linear(4, 2))
+    early = model(torch.randn(2, 4)).sum()  # guarded: fabric.backward has not run yet
+    with pytest.raises(RuntimeError, match=r"requires you to call `fabric\.backward"):
+        model(torch.randn(2, 4)).sum().backward()
+    fabric.backward(model(torch.randn(2, 4)).sum())
+    model.weight.grad = None
+    early.backward()
+    assert model.weight.grad is not None
+
+
+class _ScalingPrecision(Precision):
+    """A backward that is not plain: a raw backward would skip it, so it stays refused."""
+
+    def backward(self, tensor: torch.Tensor, model: nn.Module | None, *args: Any, **kwargs: Any) -> None:
+        (tensor * 2).backward(*args, **kwargs)
+
+
+def test_a_backward_that_differs_stays_refused_after_fabric_backward_ran() -> None:
+    fabric = Fabric(accelerator="cpu", plugins=[_ScalingPrecision()], plugin_manager=make_manager())
+    model = fabric.setup(nn.Linear(4, 2))
+    x = torch.ones(1, 4)
+    fabric.backward(model(x).sum())
+    assert torch.equal(model.weight.grad, torch.full((2, 4), 2.0))  # the precision's backward ran
+    with pytest.raises(RuntimeError, match=r"requires you to call `fabric\.backward"):
+        model(x).sum().backward()

@@ -107,6 +107,9 @@ class TorchCheckpointIO(CheckpointIO):
             tools (``unzip -t``, Python's ``zipfile``) must be able to verify.
     """
 
+    #: Also the default of subclasses whose ``__init__`` does not call this one's.
+    zip_crc32: bool = False
+
     def __init__(self, *, zip_crc32: bool = False) -> None:
         self.zip_crc32 = zip_crc32
 

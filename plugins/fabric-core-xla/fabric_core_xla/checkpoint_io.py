@@ -20,12 +20,16 @@ class XLACheckpointIO(TorchCheckpointIO):
     rename), the others return. Loading gives CPU tensors, which ``load_state_dict`` copies onto the
     XLA parameters.
 
+    Args:
+        zip_crc32: Write the zip CRC32s (see :class:`~fabric_core.io.torch_io.TorchCheckpointIO`).
+
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, zip_crc32: bool = False) -> None:
         device.require_torch_xla(type(self).__name__)
+        super().__init__(zip_crc32=zip_crc32)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
         """Write ``checkpoint`` to ``path`` from the global master; other processes do nothing.
