@@ -33,6 +33,10 @@ _OPS: Final[dict[str, Any]] = {
 _MEAN_NAMES: Final = ("mean", "avg")
 #: The strings ``all_reduce`` accepts as ``reduce_op``.
 REDUCE_OP_NAMES: Final = (*_MEAN_NAMES, *_OPS)
+_RESOLVED: Final[dict[str, tuple[Any, bool]]] = {
+    **{name: (op, False) for name, op in _OPS.items()},
+    **{name: (_SUM, True) for name in _MEAN_NAMES},
+}
 
 # Every dtype gets a small integer code for the shape exchange; the order is fixed by the torch version,
 # which all ranks of a job share.
@@ -61,6 +65,9 @@ def resolve_reduce_op(reduce_op: str | Any | None) -> tuple[Any, bool]:
     Raises:
         InvalidConfigError: An unknown string or type.
     """
+    resolved = _RESOLVED.get(reduce_op) if isinstance(reduce_op, str) else None
+    if resolved is not None:  # the common case, a lower-case name: one dict lookup per call
+        return resolved
     if reduce_op is None:
         return _SUM, True
     if isinstance(reduce_op, str):

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: How ``fabric.launch()`` can start the processes of one node.
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
+#: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
+_DIST_AVAILABLE: Final = dist.is_available()
 
 __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy"]
 
@@ -277,7 +279,7 @@ class ParallelStrategy(Strategy):
     # -- collectives -------------------------------------------------------------------------------------
     @staticmethod
     def _distributed() -> bool:
-        return dist.is_available() and dist.is_initialized()
+        return _DIST_AVAILABLE and dist.is_initialized()
 
     def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
         """Reduce every tensor in ``tensor`` across processes, in place (no barrier first).
