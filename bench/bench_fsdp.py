@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
@@ -38,6 +34,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from _harness import CORE, RAW, Goal, RowResult, interleave, row_result, time_block  # noqa: E402
+from _spawn import act_as_torchrun_rank, spawn_rows, write_rows  # noqa: E402
 
 __all__ = ["collect"]
 
@@ -60,13 +57,6 @@ class Block(nn.Module):
 def make_model() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(*(Block() for _ in range(DEPTH)), nn.Linear(WIDTH, 10))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _local_bytes(tensors: list[torch.Tensor]) -> int:
@@ -134,17 +124,7 @@ def _variants(
 
 
 def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
-        GROUP_RANK="0",
-        NODE_RANK="0",
-        TORCHELASTIC_RUN_ID="bench",
-    )
+    act_as_torchrun_rank(rank, WORLD_SIZE, port)
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= WORLD_SIZE
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
@@ -197,7 +177,7 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
             )
         )
     if rank == 0:
-        Path(out).write_text(json.dumps([r.as_dict() for r in results]))
+        write_rows(out, results)
     dist.barrier()
     variants.clear()
     dist.destroy_process_group()
@@ -216,12 +196,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     wanted = [r for r in ROWS if rows is None or r in rows]
     if not wanted:
         return []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.json"
-        mp.start_processes(
-            _worker, args=(_free_port(), quick, wanted, str(out)), nprocs=WORLD_SIZE, start_method="spawn"
-        )
-        return [RowResult.from_dict(item) for item in json.loads(out.read_text())]
+    return spawn_rows(_worker, WORLD_SIZE, quick, wanted)
 
 
 def main() -> None:

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
-import os
-import socket
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from _harness import ACCELERATE, CORE, LIGHTNING, RAW, Goal, RowResult, interleave, row_result, time_block
+from _spawn import act_as_torchrun_rank, spawn_rows, write_rows
 from torch import nn
 
 __all__ = ["collect"]
@@ -31,13 +26,6 @@ WORLD_SIZE = 2
 ROWS = ("ddp_steps", "all_reduce_1", "all_gather_dict3")
 STEPS_PER_BLOCK = 20
 CALLS_PER_BLOCK = 50
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _installed(module: str) -> bool:
@@ -134,17 +122,7 @@ def _all_gather(frameworks: dict[str, Any]) -> dict[str, Callable[[], Any]]:
 
 
 def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
-        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
-        GROUP_RANK="0",
-        NODE_RANK="0",
-        TORCHELASTIC_RUN_ID="bench",
-    )
+    act_as_torchrun_rank(rank, WORLD_SIZE, port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     import warnings
@@ -197,7 +175,7 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
             )
         )
     if rank == 0:
-        Path(out).write_text(json.dumps([r.as_dict() for r in results]))
+        write_rows(out, results)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -215,9 +193,4 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     wanted = [r for r in ROWS if rows is None or r in rows]
     if not wanted:
         return []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.json"
-        mp.start_processes(
-            _worker, args=(_free_port(), quick, wanted, str(out)), nprocs=WORLD_SIZE, start_method="spawn"
-        )
-        return [RowResult.from_dict(item) for item in json.loads(out.read_text())]
+    return spawn_rows(_worker, WORLD_SIZE, quick, wanted)

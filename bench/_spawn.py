@@ -1,0 +1,58 @@
+"""Rows measured in several processes: ranks that look like a ``torchrun`` job, rank 0's rows collected.
+
+``torch.multiprocessing`` spawns the ranks. Each calls :func:`act_as_torchrun_rank` first, so that raw
+``torch.distributed`` and every framework find the same job (``TORCHELASTIC_RUN_ID``, ``RANK``, ...), and
+rank 0 writes its rows to the JSON path the worker was given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.multiprocessing as mp
+from _harness import RowResult
+
+__all__ = ["act_as_torchrun_rank", "spawn_rows", "write_rows"]
+
+#: ``worker(rank, port, quick, rows, out)``: measures ``rows`` in a job of ranks meeting on ``port``.
+Worker = Callable[[int, int, bool, list[str], str], None]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def act_as_torchrun_rank(rank: int, world_size: int, port: int) -> None:
+    """Set the environment ``torchrun`` gives rank ``rank`` of a one-node job on 127.0.0.1:``port``."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        GROUP_RANK="0",
+        NODE_RANK="0",
+        TORCHELASTIC_RUN_ID="bench",
+    )
+
+
+def write_rows(out: str, rows: list[RowResult]) -> None:
+    """What rank 0 hands back to :func:`spawn_rows`."""
+    Path(out).write_text(json.dumps([row.as_dict() for row in rows]))
+
+
+def spawn_rows(worker: Worker, world_size: int, quick: bool, rows: list[str]) -> list[RowResult]:
+    """Run ``worker`` on ``world_size`` spawned ranks and return the rows rank 0 wrote."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        mp.start_processes(worker, args=(_free_port(), quick, rows, str(out)), nprocs=world_size, start_method="spawn")
+        return [RowResult.from_dict(item) for item in json.loads(out.read_text())]
