@@ -119,11 +119,9 @@ class Fabric:
             overrides(self._strategy, Strategy, "backward")
             or overrides(self._precision, Precision, "pre_backward", "backward", "post_backward")
         )
-        # Whether model outputs may carry the guard against a raw `loss.backward()` (see FabricModule): only
-        # then does `fabric.backward` need to announce itself.
-        self._outputs_guarded = wrappers.guards_raw_backward(self._strategy)
-        # `loss.backward()` itself, with nothing around it: plain, and no guard left to satisfy.
-        self._direct_backward = self._plain_backward and not self._outputs_guarded
+        # `loss.backward()` itself, with nothing around it: plain, and no guard against a raw backward on the
+        # model outputs (see FabricModule) that `fabric.backward` must first announce itself to.
+        self._direct_backward = self._plain_backward and not wrappers.guards_raw_backward(self._strategy)
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()

@@ -61,10 +61,8 @@ _GLOBAL_HOOKS: Final = tuple(
 )
 get_default_dtype: Final = torch.get_default_dtype
 _DIRECT_CALLS: Final = all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS)
-if _DIRECT_CALLS:
-    _global_bw_pre, _global_bw, _global_fw_pre, _global_fw = _GLOBAL_HOOKS
-else:
-    _global_bw_pre = _global_bw = _global_fw_pre = _global_fw = {None: None}  # never empty: never direct
+# Without them every wrapper's `_direct_call` is False, and these stand-ins are never read.
+_global_bw_pre, _global_bw, _global_fw_pre, _global_fw = _GLOBAL_HOOKS if _DIRECT_CALLS else ({}, {}, {}, {})
 _RAW_BACKWARD_MESSAGE: Final = (
     "The current strategy and precision selection requires you to call `fabric.backward(loss)` instead of"
     " `loss.backward()`."
@@ -185,13 +183,7 @@ def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dic
     input_dtype_of = state["_input_dtype_of"]
     if input_dtype_of is not None:
         dtype = input_dtype_of(precision)
-        if len(args) == 1 and isinstance(args[0], Tensor):
-            # `forward(x)`, the common case, inline: a call of the general walk costs 2% of a small step.
-            current = args[0].dtype
-            if current is not dtype and current.is_floating_point:
-                args = (args[0].to(dtype=dtype),)
-        else:
-            args = convert_floating_tensors(args, dtype)
+        args = convert_floating_tensors(args, dtype)
         if kwargs:
             kwargs = convert_floating_tensors(kwargs, dtype)
     elif state["_converts_input"]:
@@ -204,13 +196,7 @@ def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dic
         output = forward_module(*args, **kwargs)
     output_dtype_of = state["_output_dtype_of"]
     if output_dtype_of is not None:
-        dtype = get_default_dtype() if output_dtype_of is default_dtype_of else output_dtype_of(precision)
-        if isinstance(output, Tensor):  # inline too, as for the input
-            current = output.dtype
-            if current is not dtype and current.is_floating_point:
-                output = output.to(dtype=dtype)
-        else:
-            output = convert_floating_tensors(output, dtype)
+        output = convert_floating_tensors(output, output_dtype_of(precision))
     elif state["_converts_output"]:
         output = precision.convert_output(output)
     if state["_guards_backward"]:
