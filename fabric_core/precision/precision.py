@@ -132,11 +132,16 @@ def casts_floats_to(dtype_of: Callable[[Any], torch.dtype]) -> Callable[[_Hook],
     return mark
 
 
-def float_cast_of(precision: Precision, hook: str) -> Callable[[Any], torch.dtype] | None:
-    """The ``dtype_of`` that :func:`casts_floats_to` declared for ``precision``'s hook, if it did."""
+def _declared(precision: Precision, hook: str, mark: str) -> Any:
+    """What ``precision``'s class marked its ``hook`` with (``None``: unmarked, or replaced on the instance)."""
     if hook in getattr(precision, "__dict__", {}):  # replaced on the instance: no declaration applies
         return None
-    cast: Callable[[Any], torch.dtype] | None = getattr(getattr(type(precision), hook), _CAST_MARK, None)
+    return getattr(getattr(type(precision), hook), mark, None)
+
+
+def float_cast_of(precision: Precision, hook: str) -> Callable[[Any], torch.dtype] | None:
+    """The ``dtype_of`` that :func:`casts_floats_to` declared for ``precision``'s hook, if it did."""
+    cast: Callable[[Any], torch.dtype] | None = _declared(precision, hook, _CAST_MARK)
     return cast
 
 
@@ -159,9 +164,7 @@ def autocast_context(hook: _Hook) -> _Hook:
 
 def autocast_of(precision: Precision) -> tuple[str, torch.dtype] | None:
     """``(device type, dtype)`` of the autocast that ``precision`` declared with :func:`autocast_context`."""
-    if "forward_context" in getattr(precision, "__dict__", {}):
-        return None
-    if not getattr(type(precision).forward_context, _AUTOCAST_MARK, False):
+    if not _declared(precision, "forward_context", _AUTOCAST_MARK):
         return None
     device: str = getattr(precision, "device")  # noqa: B009 - not an attribute of the base class
     dtype: torch.dtype = getattr(precision, "dtype")  # noqa: B009
