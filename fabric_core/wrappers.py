@@ -25,6 +25,7 @@ from torch.optim import Optimizer
 from fabric_core.precision.precision import (
     Precision,
     autocast_of,
+    checked_autocast,
     convert_floating_tensors,
     default_dtype_of,
     float_cast_of,
@@ -60,6 +61,7 @@ _GLOBAL_HOOKS: Final = tuple(
     )
 )
 get_default_dtype: Final = torch.get_default_dtype
+_tracing_state: Final = torch._C._get_tracing_state
 _DIRECT_CALLS: Final = all(isinstance(hooks, dict) for hooks in _GLOBAL_HOOKS)
 # Without them every wrapper's `_direct_call` is False, and these stand-ins are never read.
 _global_bw_pre, _global_bw, _global_fw_pre, _global_fw = _GLOBAL_HOOKS if _DIRECT_CALLS else ({}, {}, {}, {})
@@ -175,6 +177,15 @@ def _attach_backward_guard(data: Any, guard: Callable[[Tensor], None]) -> None:
             _attach_backward_guard(getattr(data, field.name), guard)
 
 
+def _direct_forward_state(module: Module) -> tuple[Module, dict[str, Any]] | None:
+    """``(module, its __dict__)`` where calling ``module`` is ``Module.__call__``'s: without hooks, a
+    ``forward`` call. ``FabricModule.__call__`` then checks the hooks itself and calls ``forward``."""
+    cls = type(module)
+    if cls.__call__ is not Module.__call__ or cls._call_impl is not Module._call_impl:
+        return None
+    return module, module.__dict__
+
+
 def _precision_forward(state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``FabricModule.forward`` where the precision converts or outputs are guarded (``state``: its ``__dict__``)."""
     forward_module: Module = state["_modules"]["_forward_module"]
@@ -256,10 +267,11 @@ class FabricModule(Module):
         # `__call__` runs a one-argument forward inline, `(input dtype, device type, autocast dtype)`.
         autocast = autocast_of(precision) if self._has_forward_context else None
         self._autocast_call = (
-            (self._input_dtype_of(precision), *autocast)
+            (self._input_dtype_of(precision), checked_autocast(*autocast))
             if autocast is not None and self._input_dtype_of is not None and self._output_dtype_of is default_dtype_of
             else None
         )
+        self._forward_module_state = _direct_forward_state(forward_module)
         self._direct_call = _DIRECT_CALLS
         self._fabric_module_initialized = True
 
@@ -272,21 +284,37 @@ class FabricModule(Module):
         state = self.__dict__
         if not state["_direct_call"] or _global_fw or _global_fw_pre or _global_bw or _global_bw_pre:
             return super().__call__(*args, **kwargs)
+        # The strategy's module, called the way `Module.__call__` calls a module without hooks: its
+        # `forward` directly (another two frames and seven slow attribute lookups less).
+        module = state["_modules"]["_forward_module"]
+        forward = module
+        direct = state["_forward_module_state"]
+        if direct is not None and direct[0] is module:
+            module_state = direct[1]
+            if not (
+                module_state["_forward_hooks"]
+                or module_state["_forward_pre_hooks"]
+                or module_state["_backward_hooks"]
+                or module_state["_backward_pre_hooks"]
+                or module_state.get("_compiled_call_impl") is not None
+                or _tracing_state() is not None
+            ):
+                forward = module.forward
         if state["_plain_forward"]:
-            return state["_modules"]["_forward_module"](*args, **kwargs)
+            return forward(*args, **kwargs)
         autocast_call = state["_autocast_call"]
         if autocast_call is None or len(args) != 1 or kwargs or state["_guards_backward"]:
             return _precision_forward(state, args, kwargs)
         # `_precision_forward` for the stock mixed precisions and `forward(x)`, inline: its extra frame and
         # hook calls cost 2% of a small model's step.
-        input_dtype, device, dtype = autocast_call
+        input_dtype, autocast = autocast_call
         x = args[0]
         if not isinstance(x, Tensor):
             x = convert_floating_tensors(x, input_dtype)
         elif x.dtype is not input_dtype and x.dtype.is_floating_point:
             x = x.to(dtype=input_dtype)
-        with torch.autocast(device, dtype=dtype):
-            output = state["_modules"]["_forward_module"](x)
+        with autocast():
+            output = forward(x)
         default = get_default_dtype()
         if not isinstance(output, Tensor):
             return convert_floating_tensors(output, default)

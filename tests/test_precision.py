@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from collections import OrderedDict, defaultdict, namedtuple
 from typing import Any
 
@@ -16,7 +17,13 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.double import DoublePrecision
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.mixed import MixedPrecision
-from fabric_core.precision.precision import Precision, autocast_of, convert_floating_tensors, float_cast_of
+from fabric_core.precision.precision import (
+    Precision,
+    autocast_of,
+    checked_autocast,
+    convert_floating_tensors,
+    float_cast_of,
+)
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.testing import make_manager
 
@@ -451,3 +458,32 @@ def test_an_overridden_forward_context_is_entered_instead_of_autocast() -> None:
     for _ in range(2):
         fabric.backward(model(torch.randn(3, 4)).sum())
     assert [enabled for _, enabled, _ in model.module.seen] == [False, False]
+
+
+def test_checked_autocast_enters_and_exits_like_torch_autocast() -> None:
+    cls = checked_autocast("cpu", torch.bfloat16)
+    assert cls is checked_autocast("cpu", torch.bfloat16)  # made once per pair
+    assert issubclass(cls, torch.autocast)
+    reference = torch.autocast("cpu", dtype=torch.bfloat16)
+    assert {k: getattr(cls(), k) for k in vars(reference)} == vars(reference)
+    layer = nn.Linear(4, 2)
+    assert not torch.is_autocast_enabled("cpu")
+    outer = cls()
+    with outer:
+        assert layer(torch.randn(1, 4)).dtype == torch.bfloat16
+        with cls(), torch.autocast("cpu", enabled=False):  # nested instances keep their own saved state
+            assert layer(torch.randn(1, 4)).dtype == torch.float32
+        assert torch.is_autocast_enabled("cpu")
+    assert not torch.is_autocast_enabled("cpu")
+    assert layer(torch.randn(1, 4)).dtype == torch.float32
+
+
+def test_checked_autocast_checks_the_pair_when_made() -> None:
+    with pytest.raises(RuntimeError, match="device type"):
+        checked_autocast("unsupported_device", torch.bfloat16)
+    with pytest.warns(UserWarning, match="target dtype is not supported"):
+        disabled = checked_autocast("cpu", torch.int8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # checked once: entering does not warn again
+        with disabled():
+            assert not torch.is_autocast_enabled("cpu")

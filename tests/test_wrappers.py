@@ -559,3 +559,69 @@ def test_a_backward_that_differs_stays_refused_after_fabric_backward_ran() -> No
     assert torch.equal(model.weight.grad, torch.full((2, 4), 2.0))  # the precision's backward ran
     with pytest.raises(RuntimeError, match=r"requires you to call `fabric\.backward"):
         model(x).sum().backward()
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+@pytest.mark.parametrize("kind", ["forward", "forward_pre", "full_backward", "full_backward_pre"])
+def test_hooks_added_to_the_original_after_setup_run(precision: str, kind: str) -> None:
+    # The wrapper calls the strategy module's `forward` directly only while that module has no hooks.
+    original = nn.Linear(4, 2)
+    fabric = make_fabric(precision=precision)
+    model = fabric.setup(original)
+    x = torch.randn(3, 4, requires_grad=True)
+    fabric.backward(model(x).sum())
+    assert model(x).abs().sum() > 0  # from here on, the wrapper's direct call
+    seen: list[str] = []
+
+    def hook(*args: Any) -> Any:
+        seen.append(kind)
+        return args[-1] * 0 if kind == "forward" else None
+
+    handle = getattr(original, f"register_{kind}_hook")(hook)
+    out = model(x)
+    fabric.backward(out.sum())
+    assert seen == [kind]
+    assert torch.equal(out, torch.zeros(3, 2)) == (kind == "forward")
+    handle.remove()
+    model(x)
+    assert seen == [kind]
+
+
+def test_compiling_the_original_after_setup_takes_effect() -> None:
+    compiled_graphs: list[int] = []
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        compiled_graphs.append(len(graph.graph.nodes))
+        return graph.forward
+
+    original = Net()
+    model = make_fabric().setup(original)
+    x = torch.randn(3, 4)
+    expected = model(x)
+    original.compile(backend=backend)
+    assert torch.allclose(model(x), expected)
+    assert len(compiled_graphs) == 1
+
+
+def test_a_forward_replaced_on_the_instance_and_a_custom_call_are_honoured() -> None:
+    class LoudLinear(nn.Linear):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return super().__call__(*args, **kwargs) + 100
+
+    model = make_fabric().setup(LoudLinear(4, 2))
+    x = torch.randn(3, 4)
+    assert torch.allclose(model(x), model.module.forward(x) + 100)
+
+    replaced = make_fabric().setup(nn.Linear(4, 2))
+    replaced.module.forward = lambda x: torch.full((len(x), 2), 7.0)  # type: ignore[method-assign]
+    assert torch.equal(replaced(x), torch.full((3, 2), 7.0))
+
+
+def test_tracing_a_model_that_calls_the_wrapper() -> None:
+    # Under tracing the wrapper calls the strategy's module through `Module.__call__`, which records scopes.
+    model = make_fabric(precision="bf16-mixed").setup(nn.Linear(4, 2))
+    outer = nn.Sequential(model)
+    x = torch.randn(3, 4)
+    traced = torch.jit.trace(outer, x, check_trace=False)
+    assert "scope: __module.0._forward_module" in str(traced.inlined_graph)
+    assert torch.allclose(traced(x), model(x))

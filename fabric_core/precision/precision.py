@@ -21,6 +21,7 @@ __all__ = [
     "autocast_context",
     "autocast_of",
     "casts_floats_to",
+    "checked_autocast",
     "convert_floating_tensors",
     "default_dtype",
     "default_dtype_of",
@@ -169,6 +170,39 @@ def autocast_of(precision: Precision) -> tuple[str, torch.dtype] | None:
     device: str = getattr(precision, "device")  # noqa: B009 - not an attribute of the base class
     dtype: torch.dtype = getattr(precision, "dtype")  # noqa: B009
     return device, dtype
+
+
+_CHECKED_AUTOCASTS: Final[dict[tuple[str, torch.dtype], type[torch.autocast]]] = {}
+
+
+def checked_autocast(device: str, dtype: torch.dtype) -> type[torch.autocast]:
+    """A ``torch.autocast`` class for ``(device, dtype)`` whose arguments were checked once, when it was made.
+
+    ``torch.autocast(device, dtype=dtype)`` checks device and dtype on every construction, about 0.85 µs:
+    1.5% of a small model's step when done per forward. An instance of the returned class starts as that
+    object would (its settings are class attributes), and enters and exits through ``torch.autocast``'s own
+    methods. Each instance keeps its own saved state, so nesting and threads are as safe as with
+    ``torch.autocast``.
+
+    Args:
+        device: The device type, as ``torch.autocast`` takes it (``"cpu"``, ``"cuda"``).
+        dtype: The autocast dtype.
+
+    Returns:
+        A subclass of ``torch.autocast`` whose constructor takes no arguments.
+
+    Raises:
+        Whatever ``torch.autocast(device, dtype=dtype)`` raises for this pair.
+    """
+    key = (device, dtype)
+    cls = _CHECKED_AUTOCASTS.get(key)
+    if cls is None:
+        settings = vars(torch.autocast(device, dtype=dtype))  # torch checks the pair here, once
+        # `object.__init__` is a C call that takes no arguments: the settings are the class's.
+        namespace = {**settings, "__init__": object.__init__, "__module__": __name__}
+        cls = type(f"CheckedAutocast[{device}, {dtype}]", (torch.autocast,), namespace)
+        _CHECKED_AUTOCASTS[key] = cls
+    return cls
 
 
 def default_dtype_of(_: object) -> torch.dtype:
