@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fractions
+import gc
 import os
 import shlex
 import signal
@@ -416,3 +417,54 @@ def test_a_subclass_that_skips_the_base_init_still_saves(tmp_path: Path) -> None
 
     OwnInit().save_checkpoint({"w": torch.ones(2)}, tmp_path / "ckpt.pt")
     assert torch.equal(TorchCheckpointIO().load_checkpoint(tmp_path / "ckpt.pt")["w"], torch.ones(2))
+
+
+def _mapped_files() -> str:
+    return Path("/proc/self/maps").read_text()
+
+
+requires_proc_maps = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+
+
+@requires_proc_maps
+def test_mmap_load_maps_the_file_until_the_tensors_are_gone(tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    TorchCheckpointIO().save_checkpoint({"w": torch.arange(1000.0), "n": 3}, path)
+    loaded = TorchCheckpointIO().load_checkpoint(path, mmap=True)
+    assert torch.equal(loaded["w"], torch.arange(1000.0))
+    assert loaded["n"] == 3
+    assert str(path) in _mapped_files()
+    del loaded
+    gc.collect()
+    assert str(path) not in _mapped_files()
+    read = TorchCheckpointIO().load_checkpoint(path)  # the default reads the file into memory
+    assert torch.equal(read["w"], torch.arange(1000.0))
+    assert str(path) not in _mapped_files()
+
+
+def test_mmap_load_reads_legacy_files(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    torch.save({"w": torch.arange(10.0)}, path, _use_new_zipfile_serialization=False)
+    assert torch.equal(TorchCheckpointIO().load_checkpoint(path, mmap=True)["w"], torch.arange(10.0))
+
+
+def test_a_file_that_cannot_be_mapped_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Some network filesystems refuse mmap; torch then fails in `UntypedStorage.from_file` with this message.
+    def refuse(filename: str, shared: bool, nbytes: int) -> Any:
+        raise RuntimeError(f"unable to mmap {nbytes} bytes from file <{filename}>: No such device (19)")
+
+    path = tmp_path / "c.pt"
+    TorchCheckpointIO().save_checkpoint({"w": torch.arange(10.0)}, path)
+    monkeypatch.setattr(torch.UntypedStorage, "from_file", refuse)
+    with pytest.raises(RuntimeError, match="unable to mmap"):
+        torch.load(path, mmap=True)
+    assert torch.equal(TorchCheckpointIO().load_checkpoint(path, mmap=True)["w"], torch.arange(10.0))
+
+
+def test_a_truncated_file_is_a_checkpoint_error_with_mmap_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    TorchCheckpointIO().save_checkpoint({"w": torch.randn(1000)}, path)
+    path.write_bytes(path.read_bytes()[:-300])
+    with pytest.raises(CheckpointError, match="truncated") as info:
+        TorchCheckpointIO().load_checkpoint(path, mmap=True)
+    assert info.value.reason == "corrupt"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,105 @@ def test_load_raw_optimizer(tmp_path: Path, wrapped: bool) -> None:
 def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         make_fabric().load(tmp_path / "nothing.pt")
+
+
+requires_proc_maps = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+
+
+def _is_mapped(path: Path) -> bool:
+    gc.collect()
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+@pytest.fixture
+def torch_load_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of each ``torch.load`` call (which still runs)."""
+    calls: list[dict[str, Any]] = []
+    real_load = torch.load
+
+    def recording_load(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    return calls
+
+
+@requires_proc_maps
+def test_load_maps_the_file_for_modules_and_keeps_nothing_mapped(
+    tmp_path: Path, torch_load_calls: list[dict[str, Any]]
+) -> None:
+    fabric = make_fabric()
+    model, optimizer, scheduler = trained_objects(fabric, seed=0)
+    path = tmp_path / "checkpoint.pt"
+    saved = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "ema": torch.arange(5.0)}
+    fabric.save(path, {**saved, "extra": {"t": torch.ones(3)}})
+    restored_model, restored_optimizer, restored_scheduler = trained_objects(fabric, seed=1)
+    state = {"model": restored_model, "optimizer": restored_optimizer, "scheduler": restored_scheduler, "ema": None}
+    remainder = fabric.load(path, state)
+    assert torch_load_calls[-1].get("mmap") is True
+    assert not _is_mapped(path)  # everything kept was copied out of the file's pages
+    path.write_bytes(b"")  # a mapping left behind would now fault on access
+    assert_same_tensors(restored_model.state_dict(), model.state_dict())
+    assert_same_tensors(restored_optimizer.state_dict(), optimizer.state_dict())
+    assert restored_scheduler.state_dict() == scheduler.state_dict()
+    assert torch.equal(state["ema"], torch.arange(5.0))
+    assert torch.equal(remainder["extra"]["t"], torch.ones(3))
+
+
+class _Assigning(nn.Module):
+    """Keeps the loaded tensor itself instead of copying it into its parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(4))
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        self.weight = nn.Parameter(state_dict[prefix + "weight"])
+
+
+class _WithExtraState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: torch.Tensor | None = None
+
+    def get_extra_state(self) -> Any:
+        return {"kept": self.kept}
+
+    def set_extra_state(self, state: Any) -> None:
+        self.kept = state["kept"]
+
+
+@requires_proc_maps
+def test_load_copies_what_a_module_would_keep_from_the_file(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    source = nn.Sequential(_Assigning(), _WithExtraState())
+    source[0].weight.data = torch.arange(4.0)
+    source[1].kept = torch.full((3,), 7.0)
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"model": source})
+    target = nn.Sequential(_Assigning(), _WithExtraState())
+    fabric.load(path, {"model": target})
+    assert not _is_mapped(path)
+    assert torch.equal(target[0].weight, torch.arange(4.0))
+    assert torch.equal(target[1].kept, torch.full((3,), 7.0))
+    raw = tmp_path / "raw.pt"
+    torch.save(source.state_dict(), raw)
+    again = nn.Sequential(_Assigning(), _WithExtraState())
+    fabric.load_raw(raw, again)  # a module alone is mapped too
+    assert not _is_mapped(raw)
+    assert torch.equal(again[0].weight, torch.arange(4.0))
+    assert torch.equal(again[1].kept, torch.full((3,), 7.0))
+
+
+def test_load_with_weights_only_false_reads_the_file(tmp_path: Path, torch_load_calls: list[dict[str, Any]]) -> None:
+    fabric = make_fabric()
+    model, _, _ = trained_objects(fabric)
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"model": model})
+    fabric.load(path, {"model": model}, weights_only=False)  # unpickled objects could hold mapped tensors
+    assert "mmap" not in torch_load_calls[-1]
+    fabric.load(path, {"model": model})
+    assert torch_load_calls[-1]["mmap"] is True
+    fabric.load(path)  # no module: everything is returned, read as usual
+    assert "mmap" not in torch_load_calls[-1]

@@ -2,24 +2,58 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.nn import Module
 from torch.optim import Optimizer
+
+from fabric_core.utilities.apply_func import apply_to_collection
 
 if TYPE_CHECKING:
     from fabric_core.strategies.strategy import Strategy
 
-__all__ = ["restore_state"]
+__all__ = ["load_module_from_mapped", "restore_state"]
+
+#: The suffix of the state-dict entry ``Module.set_extra_state`` receives.
+_EXTRA_STATE_SUFFIX = "_extra_state"
+
+
+def load_module_from_mapped(strategy: Strategy, module: Module, state_dict: Any, strict: bool = True) -> None:
+    """Load a state dict whose tensors map the checkpoint file (``load_checkpoint(..., mmap=True)``).
+
+    ``load_state_dict`` copies each tensor into the module's own, straight from the file's pages. What a
+    module could keep instead is copied: the entries ``set_extra_state`` receives, and any parameter or
+    buffer that ends up sharing a loaded tensor's memory (a custom ``_load_from_state_dict`` that assigns).
+    Nothing then keeps the mapping, so the file's blocks are freed when it is replaced or deleted.
+    """
+    if isinstance(state_dict, dict):
+        state_dict = type(state_dict)(
+            (k, copy.deepcopy(v) if isinstance(k, str) and k.endswith(_EXTRA_STATE_SUFFIX) else v)
+            for k, v in state_dict.items()
+        )
+    strategy.load_module_state_dict(module, state_dict, strict=strict)
+    mapped: set[int] = set()
+    apply_to_collection(state_dict, torch.Tensor, lambda t: mapped.add(t.untyped_storage().data_ptr()))
+    with torch.no_grad():
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            if tensor.device.type == "cpu" and tensor.untyped_storage().data_ptr() in mapped:
+                tensor.data = tensor.data.clone()
 
 
 def restore_state(
-    strategy: Strategy, state: dict[str, Any], checkpoint: dict[str, Any], strict: bool = True
+    strategy: Strategy, state: dict[str, Any], checkpoint: dict[str, Any], strict: bool = True, *, mapped: bool = False
 ) -> dict[str, Any]:
     """Load each entry of ``checkpoint`` into the object of the same key in ``state``.
 
     Modules and optimizers (and any object with ``load_state_dict``) are restored in place; plain values
     are written back into ``state``. Returns what the checkpoint holds that ``state`` did not ask for.
+
+    With ``mapped`` (the checkpoint's tensors map its file, see ``load_checkpoint(..., mmap=True)``),
+    modules load straight from the file's pages (:func:`load_module_from_mapped`); everything else is
+    copied first, because optimizers, stateful objects and the caller keep what they are given.
 
     Raises:
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint does not have.
@@ -39,9 +73,15 @@ def restore_state(
             continue
         value = remainder.pop(key)
         if isinstance(obj, Module):
-            strategy.load_module_state_dict(obj, value, strict=strict)
-        elif isinstance(obj, (Optimizer, Stateful)):
+            if mapped:
+                load_module_from_mapped(strategy, obj, value, strict=strict)
+            else:
+                strategy.load_module_state_dict(obj, value, strict=strict)
+            continue
+        if mapped:
+            value = copy.deepcopy(value)
+        if isinstance(obj, (Optimizer, Stateful)):
             obj.load_state_dict(value)
         else:
             state[key] = value
-    return remainder
+    return copy.deepcopy(remainder) if mapped else remainder

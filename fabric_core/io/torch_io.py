@@ -45,17 +45,20 @@ def _local_path(path: PathLike, method: str) -> Path:
     return Path(text)
 
 
-def _looks_like_checkpoint(path: Path) -> bool:
+def _checkpoint_format(path: Path) -> str | None:
+    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else."""
     if zipfile.is_zipfile(path):
         try:
             with zipfile.ZipFile(path) as archive:
                 # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
-                return any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist())
+                if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
+                    return "zip"
         except (zipfile.BadZipFile, OSError):
-            return False
+            pass
+        return None
     with open(path, "rb") as file:
         # Room for the protocol header and a FRAME opcode when a newer pickle protocol was used.
-        return _LEGACY_MAGIC in file.read(32)
+        return "legacy" if _LEGACY_MAGIC in file.read(32) else None
 
 
 def _corrupt(path: Path, detail: str) -> CheckpointError:
@@ -144,7 +147,7 @@ class TorchCheckpointIO(CheckpointIO):
             torch.save(checkpoint, file)
 
     def load_checkpoint(
-        self, path: PathLike, map_location: Any = None, weights_only: bool | None = None
+        self, path: PathLike, map_location: Any = None, weights_only: bool | None = None, *, mmap: bool = False
     ) -> dict[str, Any]:
         """Read a checkpoint written by :meth:`save_checkpoint` (or by ``torch.save``).
 
@@ -154,6 +157,11 @@ class TorchCheckpointIO(CheckpointIO):
             weights_only: ``None`` or ``True`` builds only tensors, plain containers and the types torch
                 allows, so an untrusted file cannot run code; ``False`` unpickles anything (trusted files
                 only).
+            mmap: Map the file instead of reading it: CPU tensors then share the file's pages
+                (copy-on-write) instead of each being read into memory first, and whatever keeps one past
+                the load should copy it (the mapping holds the file's blocks until it is gone).
+                ``fabric.load`` does this for modules, which copy what they load into their own tensors.
+                Files in torch's pre-1.6 format, and files that cannot be mapped, are read as usual.
 
         Returns:
             The saved object.
@@ -178,13 +186,21 @@ class TorchCheckpointIO(CheckpointIO):
                 path=os.fspath(target),
                 reason="corrupt",
             )
-        if not _looks_like_checkpoint(target):
+        file_format = _checkpoint_format(target)
+        if file_format is None:
             raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
         safe = True if weights_only is None else weights_only
+        location = "cpu" if map_location is None else map_location
         try:
-            loaded: dict[str, Any] = torch.load(
-                target, map_location="cpu" if map_location is None else map_location, weights_only=safe
-            )
+            if mmap and file_format == "zip":
+                try:
+                    mapped: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe, mmap=True)
+                    return mapped
+                except RuntimeError as err:
+                    if "mmap" not in str(err):
+                        raise
+                    # A filesystem that cannot map files (some network mounts): read it instead.
+            loaded: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe)
         except pickle.UnpicklingError as err:
             # torch wraps the unpickler's own one-line reason in a long advice text; keep the reason.
             inner = err.__cause__ or err.__context__

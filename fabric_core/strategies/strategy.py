@@ -320,19 +320,37 @@ class Strategy(ABC):
         strict: bool = True,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``)."""
-        from fabric_core.io.restore import restore_state
+        """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``).
 
-        checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
+        Where ``state`` holds a module, the file is mapped rather than read (when the checkpoint I/O takes
+        ``mmap``, and ``weights_only`` is not ``False``): modules copy their tensors straight from the file's
+        pages, which spares reading them into memory first (see ``restore_state``).
+        """
+        from fabric_core.io.restore import load_module_from_mapped, restore_state
+        from fabric_core.wrappers import accepted_keywords
+
+        mapped = (
+            weights_only is not False
+            and (
+                isinstance(state, Module)
+                or (isinstance(state, dict) and any(isinstance(v, Module) for v in state.values()))
+            )
+            and "mmap" in (accepted_keywords(self.checkpoint_io.load_checkpoint) or ())
+        )
+        options = {"mmap": True} if mapped else {}
+        checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only, **options)
         if isinstance(state, Module):
-            self.load_module_state_dict(state, checkpoint, strict=strict)
+            if mapped:
+                load_module_from_mapped(self, state, checkpoint, strict=strict)
+            else:
+                self.load_module_state_dict(state, checkpoint, strict=strict)
             return {}
         if isinstance(state, Optimizer):
             state.load_state_dict(checkpoint)
             return {}
         if not state:
             return checkpoint
-        return restore_state(self, state, checkpoint, strict=strict)
+        return restore_state(self, state, checkpoint, strict=strict, mapped=mapped)
 
     def teardown(self) -> None:
         """Release the devices and the checkpoint I/O."""
