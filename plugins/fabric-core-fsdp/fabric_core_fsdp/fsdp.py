@@ -106,7 +106,9 @@ class FSDPStrategy(ShardedStrategy):
         auto_wrap_policy: Module classes (a set) or a predicate ``(module) -> bool`` choosing the submodules
             sharded as their own units (typically the transformer block). ``None``: only the root.
         reshard_after_forward: ``True`` frees gathered parameters after forward (least memory, ZeRO-3);
-            ``False`` keeps them until backward (ZeRO-2-like, less communication).
+            ``False`` keeps them until backward (ZeRO-2-like, less communication). Unless it is passed as
+            ``True``, the root module keeps its own gathered parameters from forward to backward, which
+            needs them first (FSDP2's default for the root, and what FSDP1's ``FULL_SHARD`` did).
         sharding_strategy: Lightning's spelling of the same: ``"FULL_SHARD"``, ``"SHARD_GRAD_OP"``,
             ``"HYBRID_SHARD"`` or ``"_HYBRID_SHARD_ZERO2"`` (also torch's ``ShardingStrategy`` enum).
         device_mesh: A ``(replicate, shard)`` tuple or a ``DeviceMesh``: a 2-D mesh shards within groups of
@@ -170,6 +172,8 @@ class FSDPStrategy(ShardedStrategy):
         self._wrap_policy = _as_predicate(auto_wrap_policy, "auto_wrap_policy")
         self._checkpointing_policy = _as_predicate(activation_checkpointing_policy, "activation_checkpointing_policy")
         self._reshard_after_forward, hybrid = _parse_sharding(sharding_strategy, reshard_after_forward)
+        # The root's setting: re-gathering its parameters at the start of backward only adds communication.
+        self._reshard_root = reshard_after_forward is True
         if isinstance(device_mesh, tuple) and not (
             len(device_mesh) in (1, 2) and all(isinstance(n, int) and n > 0 for n in device_mesh)
         ):
@@ -277,7 +281,7 @@ class FSDPStrategy(ShardedStrategy):
             for sub in _post_order(module):
                 if sub is not module and self._wrap_policy(sub):
                     fully_shard(sub, **kwargs)
-        fully_shard(module, **kwargs)
+        fully_shard(module, **{**kwargs, "reshard_after_forward": self._reshard_root})
         return module
 
 

@@ -34,6 +34,13 @@ def test_the_wrap_policy_makes_each_block_its_own_unit(ranks: list[dict[str, Any
     assert ranks[0]["units"] == ["FSDPBlock", "FSDPSequential"]
 
 
+def test_the_root_keeps_its_gathered_parameters_for_backward_unless_asked(ranks: list[dict[str, Any]]) -> None:
+    # The root's parameters are the first backward needs: re-gathering them would only add communication.
+    for report in ranks:
+        assert report["resharded_after_forward"] == {"block": True, "root": False}
+        assert report["resharded_after_forward_when_asked"] == {"block": True, "root": True}
+
+
 def test_half_batches_train_like_one_process_on_the_full_batch(ranks: list[dict[str, Any]]) -> None:
     for report in ranks:
         assert report["diff_after_clip_norm"] < 1e-6

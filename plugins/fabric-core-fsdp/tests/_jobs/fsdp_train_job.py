@@ -22,6 +22,11 @@ from fabric_core.utilities import GatheredParameters
 from fabric_core_fsdp import FSDPPrecision
 
 
+def resharded(model: Any) -> dict[str, bool]:
+    """Per unit of ``make_model()``: whether its parameters are the sharded DTensors (not the gathered ones)."""
+    return {"block": isinstance(model[0].linear.weight, DTensor), "root": isinstance(model[2].weight, DTensor)}
+
+
 def train_steps(fabric: Fabric, out: dict[str, Any]) -> None:
     """Half batches per rank with clipping by norm vs the reference on full batches."""
     rank, device = fabric.global_rank, fabric.device
@@ -35,7 +40,10 @@ def train_steps(fabric: Fabric, out: dict[str, Any]) -> None:
     out["all_dtensor"] = all(isinstance(p, DTensor) for p in model.parameters())
     norms = []
     for x, y in batches(3, device=device):
-        fabric.backward(loss_fn(model(half(x, rank)), half(y, rank)))
+        output = model(half(x, rank))
+        if not norms:  # between forward and backward: which units registered their shards again
+            out["resharded_after_forward"] = resharded(model.module)
+        fabric.backward(loss_fn(output, half(y, rank)))
         norm: Any = fabric.clip_gradients(model, optimizer, max_norm=0.05)
         optimizer.step()
         optimizer.zero_grad()
@@ -128,6 +136,13 @@ def variants(fabric: Fabric, out: dict[str, Any]) -> None:
         ref_optimizer.step()
         ref_optimizer.zero_grad()
     out["diff_hybrid"] = max_difference(model, reference)
+
+    strategy = connected_strategy(fabric, Precision(), auto_wrap_policy={Block}, reshard_after_forward=True)
+    model = strategy.setup_module(make_model())
+    x, y = batches(1, device=device)[0]
+    output = model(half(x, rank))
+    out["resharded_after_forward_when_asked"] = resharded(model)
+    strategy.backward(loss_fn(output, half(y, rank)), model)
 
     precision = FSDPPrecision("bf16-mixed", device=device.type)
     strategy = connected_strategy(fabric, precision, auto_wrap_policy={Block})
