@@ -7,6 +7,7 @@ rank 0 writes its rows to the JSON path the worker was given.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -15,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch.multiprocessing as mp
-from _harness import RowResult
+from _harness import CORE, RAW, RowResult
 
-__all__ = ["act_as_torchrun_rank", "spawn_rows", "write_rows"]
+__all__ = ["act_as_torchrun_rank", "run_as_script", "spawn_rows", "write_rows"]
 
 #: ``worker(rank, port, quick, rows, out)``: measures ``rows`` in a job of ranks meeting on ``port``.
 Worker = Callable[[int, int, bool, list[str], str], None]
@@ -56,3 +57,26 @@ def spawn_rows(worker: Worker, world_size: int, quick: bool, rows: list[str]) ->
         out = Path(tmp) / "rows.json"
         mp.start_processes(worker, args=(_free_port(), quick, rows, str(out)), nprocs=world_size, start_method="spawn")
         return [RowResult.from_dict(item) for item in json.loads(out.read_text())]
+
+
+def run_as_script(prog: str, description: str, collect: Callable[[bool], list[RowResult]]) -> None:
+    """The command line of a ``bench_<name>.py`` run alone: ``[--quick] [--json PATH]``, rows printed."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help="Fewer rounds.")
+    parser.add_argument("--json", type=Path, help="Also write the rows as JSON here.")
+    args = parser.parse_args()
+    rows = collect(args.quick)
+    for row in rows:
+        print(f"\n{row.title}  ({row.rounds} rounds)")
+        for name, spread in row.absolute.items():
+            ratio = row.ratios.get(name)
+            print(
+                f"  {name:<12} {spread.fmt(4)} {row.unit if row.metric == 'memory' else 's'}"
+                + (f"   ratio to {RAW}: {ratio.fmt(3)}" if ratio is not None else "")
+            )
+        if row.goal is not None:
+            print(f"  goal for {CORE}: {row.goal} -> {'met' if row.passed else 'NOT met'}")
+        if row.note:
+            print(f"  note: {row.note}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=1))

@@ -17,8 +17,6 @@ Rows:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +32,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from _harness import CORE, RAW, Goal, RowResult, interleave, row_result, time_block  # noqa: E402
-from _spawn import act_as_torchrun_rank, spawn_rows, write_rows  # noqa: E402
+from _spawn import act_as_torchrun_rank, run_as_script, spawn_rows, write_rows  # noqa: E402
 
 __all__ = ["collect"]
 
@@ -199,27 +197,5 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     return spawn_rows(_worker, WORLD_SIZE, quick, wanted)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="bench/bench_fsdp.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="Fewer rounds.")
-    parser.add_argument("--json", type=Path, help="Also write the rows as JSON here.")
-    args = parser.parse_args()
-    rows = collect(args.quick)
-    for row in rows:
-        print(f"\n{row.title}  ({row.rounds} rounds)")
-        for name, spread in row.absolute.items():
-            ratio = row.ratios.get(name)
-            print(
-                f"  {name:<12} {spread.fmt(4)} {row.unit if row.metric == 'memory' else 's'}"
-                + (f"   ratio to {RAW}: {ratio.fmt(3)}" if ratio is not None else "")
-            )
-        if row.goal is not None:
-            print(f"  goal for {CORE}: {row.goal} -> {'met' if row.passed else 'NOT met'}")
-        if row.note:
-            print(f"  note: {row.note}")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    run_as_script("bench/bench_fsdp.py", __doc__.splitlines()[0], collect)
