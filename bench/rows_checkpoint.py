@@ -155,7 +155,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
                     goal=Goal("<=", 1.0),
                     labels={
                         RAW: "torch.load(path) + load_state_dict x2",
-                        CORE: "fabric.load(path, {model, optimizer})",
+                        CORE: "fabric.load(path, {model, optimizer}) (the file mapped)",
                         LIGHTNING: "fabric.load(path, {model, optimizer})",
                         ACCELERATE: "accelerator.load_state(dir)",
                     },
