@@ -264,7 +264,7 @@ class FabricModule(Module):
         # Bound once: the forward then spends no attribute lookup on it.
         self._forward_context = precision.forward_context if self._has_forward_context else None
         # Mixed precision as declared by the stock plugins (cast in, autocast, cast out to the default dtype):
-        # `__call__` runs a one-argument forward inline, `(input dtype, device type, autocast dtype)`.
+        # `__call__` runs a one-argument forward inline, `(input dtype, autocast class checked for the pair)`.
         autocast = autocast_of(precision) if self._has_forward_context else None
         self._autocast_call = (
             (self._input_dtype_of(precision), checked_autocast(*autocast))
@@ -321,6 +321,13 @@ class FabricModule(Module):
         if output.dtype is not default and output.dtype.is_floating_point:
             return output.to(dtype=default)
         return output
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A copy (deepcopy, pickle) has a forward module of its own, with a `__dict__` of its own.
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        forward_module = self._modules.get("_forward_module")
+        if "_forward_module_state" in state and forward_module is not None:
+            self.__dict__["_forward_module_state"] = _direct_forward_state(forward_module)
 
     @property
     def module(self) -> Module:

@@ -603,6 +603,22 @@ def test_compiling_the_original_after_setup_takes_effect() -> None:
     assert len(compiled_graphs) == 1
 
 
+def test_a_copied_wrapper_sees_its_own_modules_compilation() -> None:
+    compiled_graphs: list[int] = []
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        compiled_graphs.append(len(graph.graph.nodes))
+        return graph.forward
+
+    model = make_fabric().setup(Net())
+    x = torch.randn(3, 4)
+    model(x)
+    twin = copy.deepcopy(model)
+    twin.module.compile(backend=backend)
+    assert torch.allclose(twin(x), model(x))
+    assert len(compiled_graphs) == 1
+
+
 def test_a_forward_replaced_on_the_instance_and_a_custom_call_are_honoured() -> None:
     class LoudLinear(nn.Linear):
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
