@@ -475,9 +475,11 @@ class Fabric:
             group: The process group; all processes by default.
             reduce_op: ``"mean"``, ``"sum"``, ``"max"``, ``"min"``, ... or a ``torch.distributed.ReduceOp``.
         """
-        self._validate_launched()
-        if isinstance(data, Tensor) and data.device == self.device:  # nothing to convert or walk
-            return self._strategy.all_reduce(data, group=group, reduce_op=reduce_op)
+        if not self._launched:
+            self._validate_launched()
+        strategy = self._strategy
+        if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
+            return strategy.all_reduce(data, group=group, reduce_op=reduce_op)
         data = convert_to_tensors(data, device=self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
 

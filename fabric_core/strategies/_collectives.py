@@ -33,7 +33,8 @@ _OPS: Final[dict[str, Any]] = {
 _MEAN_NAMES: Final = ("mean", "avg")
 #: The strings ``all_reduce`` accepts as ``reduce_op``.
 REDUCE_OP_NAMES: Final = (*_MEAN_NAMES, *_OPS)
-_RESOLVED: Final[dict[str, tuple[Any, bool]]] = {
+#: ``reduce_op`` strings as spelled in :data:`REDUCE_OP_NAMES`, resolved (a caller's dict lookup, no call).
+RESOLVED: Final[dict[str, tuple[Any, bool]]] = {
     **{name: (op, False) for name, op in _OPS.items()},
     **{name: (_SUM, True) for name in _MEAN_NAMES},
 }
@@ -65,7 +66,7 @@ def resolve_reduce_op(reduce_op: str | Any | None) -> tuple[Any, bool]:
     Raises:
         InvalidConfigError: An unknown string or type.
     """
-    resolved = _RESOLVED.get(reduce_op) if isinstance(reduce_op, str) else None
+    resolved = RESOLVED.get(reduce_op) if isinstance(reduce_op, str) else None
     if resolved is not None:  # the common case, a lower-case name: one dict lookup per call
         return resolved
     if reduce_op is None:

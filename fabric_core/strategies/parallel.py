@@ -298,8 +298,11 @@ class ParallelStrategy(Strategy):
         Raises:
             InvalidConfigError: An unknown ``reduce_op``.
         """
-        op, divide = _collectives.resolve_reduce_op(reduce_op)
-        if not self._distributed():
+        # Inline, without helper calls: every microsecond before a small collective is paid again as the
+        # other rank's wait (it is on the critical path of both).
+        resolved = _collectives.RESOLVED.get(reduce_op) if type(reduce_op) is str else None
+        op, divide = resolved if resolved is not None else _collectives.resolve_reduce_op(reduce_op)
+        if not (_DIST_AVAILABLE and dist.is_initialized()):
             return tensor
         if isinstance(tensor, Tensor):
             return _collectives.all_reduce(tensor, group, op, divide)
