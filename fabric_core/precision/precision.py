@@ -192,7 +192,8 @@ def checked_autocast(device: str, dtype: torch.dtype) -> type[torch.autocast]:
         A subclass of ``torch.autocast`` whose constructor takes no arguments.
 
     Raises:
-        Whatever ``torch.autocast(device, dtype=dtype)`` raises for this pair.
+        RuntimeError: ``device`` is not a device type (torch's own check). A dtype the device cannot autocast
+            to gives torch's warning once, here, and an autocast that is disabled.
     """
     key = (device, dtype)
     cls = _CHECKED_AUTOCASTS.get(key)
