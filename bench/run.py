@@ -1,4 +1,4 @@
-"""Run the benchmark suite: ``python bench/run.py`` (about 6 minutes on 2 cores) or ``--quick`` (under 3).
+"""Run the benchmark suite: ``python bench/run.py`` (about 9 minutes on 2 cores) or ``--quick`` (under 3).
 
 Every row is a ratio to raw PyTorch measured in the same run (see ``_harness.py``). Results go to a JSON
 file and, for full runs, to ``docs/benchmarks.md`` with a plot ``docs/benchmarks.png``.
