@@ -118,7 +118,7 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
                 "deepspeed_steps",
                 f"DeepSpeed ZeRO-2 2 processes steps/s, MLP {DEPTH}x{WIDTH}, batch {BATCH} per process",
                 # Two processes on two cores: as noisy as the FSDP row, so as many rounds.
-                interleave(measures, rounds=5 if quick else 40, seed=7),
+                interleave(measures, rounds=12 if quick else 40, seed=7),
                 metric="rate",
                 goal=Goal(">=", 0.97),
                 labels={

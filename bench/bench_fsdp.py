@@ -135,7 +135,7 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
     notes: list[str] = []
     variants = _variants(rank, device, notes)
     note = " ".join(notes)
-    rounds = 5 if quick else 40  # two processes on two cores: the noisiest row, so the most rounds
+    rounds = 12 if quick else 40  # two processes on two cores: the noisiest row, so the most rounds
     results: list[RowResult] = []
     barrier = dist.barrier
     if "fsdp_steps" in rows:
