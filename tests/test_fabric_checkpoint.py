@@ -266,26 +266,43 @@ class _WithExtraState(nn.Module):
         self.kept = state["kept"]
 
 
+class _Versioned(nn.Module):
+    """Records the version its state dict was saved with (``_metadata``, which loading must keep)."""
+
+    _version = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(2))
+        self.loaded_version: int | None = None
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, *args: Any) -> None:
+        self.loaded_version = local_metadata.get("version")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args)
+
+
 @requires_proc_maps
 def test_load_copies_what_a_module_would_keep_from_the_file(tmp_path: Path) -> None:
     fabric = make_fabric()
-    source = nn.Sequential(_Assigning(), _WithExtraState())
+    source = nn.Sequential(_Assigning(), _WithExtraState(), _Versioned())
     source[0].weight.data = torch.arange(4.0)
     source[1].kept = torch.full((3,), 7.0)
     path = tmp_path / "checkpoint.pt"
     fabric.save(path, {"model": source})
-    target = nn.Sequential(_Assigning(), _WithExtraState())
+    target = nn.Sequential(_Assigning(), _WithExtraState(), _Versioned())
     fabric.load(path, {"model": target})
     assert not _is_mapped(path)
     assert torch.equal(target[0].weight, torch.arange(4.0))
     assert torch.equal(target[1].kept, torch.full((3,), 7.0))
+    assert target[2].loaded_version == 3  # the state dict's metadata came through
     raw = tmp_path / "raw.pt"
     torch.save(source.state_dict(), raw)
-    again = nn.Sequential(_Assigning(), _WithExtraState())
+    again = nn.Sequential(_Assigning(), _WithExtraState(), _Versioned())
     fabric.load_raw(raw, again)  # a module alone is mapped too
     assert not _is_mapped(raw)
     assert torch.equal(again[0].weight, torch.arange(4.0))
     assert torch.equal(again[1].kept, torch.full((3,), 7.0))
+    assert again[2].loaded_version == 3
 
 
 def test_load_with_weights_only_false_reads_the_file(tmp_path: Path, torch_load_calls: list[dict[str, Any]]) -> None:

@@ -29,11 +29,11 @@ def load_module_from_mapped(strategy: Strategy, module: Module, state_dict: Any,
     buffer that ends up sharing a loaded tensor's memory (a custom ``_load_from_state_dict`` that assigns).
     Nothing then keeps the mapping, so the file's blocks are freed when it is replaced or deleted.
     """
-    if isinstance(state_dict, dict):
-        state_dict = type(state_dict)(
-            (k, copy.deepcopy(v) if isinstance(k, str) and k.endswith(_EXTRA_STATE_SUFFIX) else v)
-            for k, v in state_dict.items()
-        )
+    extra_states = [k for k in state_dict if isinstance(k, str) and k.endswith(_EXTRA_STATE_SUFFIX)]
+    if extra_states:
+        state_dict = copy.copy(state_dict)  # a shallow copy keeps what the dict carries (`_metadata`, versions)
+        for key in extra_states:
+            state_dict[key] = copy.deepcopy(state_dict[key])
     strategy.load_module_state_dict(module, state_dict, strict=strict)
     mapped: set[int] = set()
     apply_to_collection(state_dict, torch.Tensor, lambda t: mapped.add(t.untyped_storage().data_ptr()))
