@@ -12,13 +12,14 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch.distributed as dist
 import torch.multiprocessing as mp
 from _harness import CORE, RAW, RowResult
 
-__all__ = ["act_as_torchrun_rank", "run_as_script", "spawn_rows", "write_rows"]
+__all__ = ["act_as_torchrun_rank", "hand_back", "run_as_script", "spawn_rows"]
 
 #: ``worker(rank, port, quick, rows, out)``: measures ``rows`` in a job of ranks meeting on ``port``.
 Worker = Callable[[int, int, bool, list[str], str], None]
@@ -46,16 +47,36 @@ def act_as_torchrun_rank(rank: int, world_size: int, port: int) -> None:
     )
 
 
-def write_rows(out: str, rows: list[RowResult]) -> None:
-    """What rank 0 hands back to :func:`spawn_rows`."""
-    Path(out).write_text(json.dumps([row.as_dict() for row in rows]))
+def hand_back(rank: int, out: str, rows: list[RowResult]) -> None:
+    """End a worker: rank 0 writes its rows for :func:`spawn_rows`, then every rank leaves the process group.
+
+    Drop the objects that hold the process group (DDP, FSDP or DeepSpeed modules) before calling this.
+    """
+    if rank == 0:
+        Path(out).write_text(json.dumps([row.as_dict() for row in rows]))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
-def spawn_rows(worker: Worker, world_size: int, quick: bool, rows: list[str]) -> list[RowResult]:
-    """Run ``worker`` on ``world_size`` spawned ranks and return the rows rank 0 wrote."""
+def spawn_rows(
+    worker: Worker, world_size: int, quick: bool, rows: set[str] | None, keys: Sequence[str]
+) -> list[RowResult]:
+    """Run ``worker`` on ``world_size`` spawned ranks and return the rows rank 0 wrote.
+
+    Args:
+        worker: Measures the rows it is given in one rank (see :data:`Worker`).
+        world_size: How many ranks.
+        quick: Fewer rounds.
+        rows: The row keys asked for (``None``: all).
+        keys: The rows this worker can measure, in order; none of them asked for, nothing is spawned.
+    """
+    wanted = [key for key in keys if rows is None or key in rows]
+    if not wanted:
+        return []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        mp.start_processes(worker, args=(_free_port(), quick, rows, str(out)), nprocs=world_size, start_method="spawn")
+        args = (_free_port(), quick, wanted, str(out))
+        mp.start_processes(worker, args=args, nprocs=world_size, start_method="spawn")
         return [RowResult.from_dict(item) for item in json.loads(out.read_text())]
 
 

@@ -29,7 +29,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from _harness import CORE, RAW, Goal, RowResult, interleave, row_result, time_block  # noqa: E402
-from _spawn import act_as_torchrun_rank, run_as_script, spawn_rows, write_rows  # noqa: E402
+from _spawn import act_as_torchrun_rank, hand_back, run_as_script, spawn_rows  # noqa: E402
 
 __all__ = ["collect"]
 
@@ -128,11 +128,8 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
                 note=note,
             )
         )
-    if rank == 0:
-        write_rows(out, results)
-    dist.barrier()
     steps.clear()
-    dist.destroy_process_group()
+    hand_back(rank, out, results)
 
 
 def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
@@ -145,10 +142,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     Returns:
         ``deepspeed_steps`` when selected and DeepSpeed is installed.
     """
-    wanted = [r for r in ROWS if rows is None or r in rows]
-    if not wanted:
-        return []
-    return spawn_rows(_worker, WORLD_SIZE, quick, wanted)
+    return spawn_rows(_worker, WORLD_SIZE, quick, rows, ROWS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from _harness import ACCELERATE, CORE, LIGHTNING, RAW, Goal, RowResult, interleave, row_result, time_block
-from _spawn import act_as_torchrun_rank, spawn_rows, write_rows
+from _spawn import act_as_torchrun_rank, hand_back, spawn_rows
 from torch import nn
 
 __all__ = ["collect"]
@@ -177,10 +177,7 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
                 note=f"{GATHERS_PER_BLOCK} calls per timed block; Accelerate: `gather(dict)`. {note}".strip(),
             )
         )
-    if rank == 0:
-        write_rows(out, results)
-    dist.barrier()
-    dist.destroy_process_group()
+    hand_back(rank, out, results)
 
 
 def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
@@ -193,7 +190,4 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     Returns:
         ``ddp_steps``, ``all_reduce_1`` and ``all_gather_dict3`` (those selected).
     """
-    wanted = [r for r in ROWS if rows is None or r in rows]
-    if not wanted:
-        return []
-    return spawn_rows(_worker, WORLD_SIZE, quick, wanted)
+    return spawn_rows(_worker, WORLD_SIZE, quick, rows, ROWS)
