@@ -13,30 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from fabric_core.accelerators.cpu import CPUAccelerator
 from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers._threads import set_num_threads_if_needed, suggested_num_threads
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher, script_command
-from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.testing import connect_to_cpus
 
 JOBS = Path(__file__).parent / "_jobs"
 EXE = sys.executable
 
 
 def strategy() -> ParallelStrategy:
-    s = ParallelStrategy()
-    s.connect(
-        accelerator=CPUAccelerator(),
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=LightningEnvironment(),
-        parallel_devices=[torch.device("cpu")] * 2,
-        num_nodes=1,
-    )
-    return s
+    return connect_to_cpus(ParallelStrategy())
 
 
 # -- the command run again -------------------------------------------------------------------------------

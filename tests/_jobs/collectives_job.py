@@ -13,11 +13,9 @@ from typing import Any
 
 import torch
 
-from fabric_core.accelerators.cpu import CPUAccelerator
-from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.testing import connect_to_cpus
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -96,15 +94,7 @@ def run(strategy: ParallelStrategy, outdir: str) -> Any:
 
 
 if __name__ == "__main__":
-    strategy = ParallelStrategy()
-    strategy.connect(
-        accelerator=CPUAccelerator(),
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=LightningEnvironment(),
-        parallel_devices=[torch.device("cpu")] * 2,
-        num_nodes=1,
-    )
+    strategy = connect_to_cpus(ParallelStrategy())
     result = MultiProcessingLauncher(strategy, start_method="fork").launch(run, strategy, sys.argv[1])
     Path(sys.argv[1], "launch_result.json").write_text(
         json.dumps(

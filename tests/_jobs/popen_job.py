@@ -14,26 +14,17 @@ from pathlib import Path
 
 import torch
 
-from fabric_core.accelerators.cpu import CPUAccelerator
 from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.testing import connect_to_cpus
 
 ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "OMP_NUM_THREADS")
 
 
 def main(mode: str, outdir: str) -> None:
     environment = LightningEnvironment()
-    strategy = ParallelStrategy()
-    strategy.connect(
-        accelerator=CPUAccelerator(),
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=environment,
-        parallel_devices=[torch.device("cpu")] * 2,
-        num_nodes=1,
-    )
+    strategy = connect_to_cpus(ParallelStrategy(), cluster_environment=environment)
     SubprocessScriptLauncher(environment, num_processes=2, num_nodes=1).launch(strategy.setup_environment)
     rank = strategy.global_rank
     Path(outdir, f"pid{rank}").write_text(str(os.getpid()))

@@ -11,14 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from torch.multiprocessing.spawn import ProcessRaisedException
 
-from fabric_core.accelerators.cpu import CPUAccelerator
-from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.testing import connect_to_cpus
 
 
 def work(flag: str) -> None:
@@ -33,15 +30,7 @@ def work(flag: str) -> None:
 
 
 if __name__ == "__main__":
-    strategy = ParallelStrategy()
-    strategy.connect(
-        accelerator=CPUAccelerator(),
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=LightningEnvironment(),
-        parallel_devices=[torch.device("cpu")] * 2,
-        num_nodes=1,
-    )
+    strategy = connect_to_cpus(ParallelStrategy())
     try:
         MultiProcessingLauncher(strategy, start_method="spawn").launch(work, sys.argv[1])
     except ProcessRaisedException as error:

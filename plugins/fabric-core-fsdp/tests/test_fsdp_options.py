@@ -9,24 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from fabric_core.accelerators.cpu import CPUAccelerator
-from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.precision import Precision
+from fabric_core.testing import connect_to_cpus
 from fabric_core_fsdp import FSDPPrecision, FSDPStrategy
 
 
 def connected(precision: Any = None, **options: Any) -> FSDPStrategy:
-    strategy = FSDPStrategy(**options)
-    strategy.connect(
-        accelerator=CPUAccelerator(),
-        precision=precision or Precision(),
-        checkpoint_io=None,
-        cluster_environment=LightningEnvironment(),
-        parallel_devices=[torch.device("cpu")] * 2,
-        num_nodes=1,
-    )
-    return strategy
+    return connect_to_cpus(FSDPStrategy(**options), precision=precision)
 
 
 @pytest.mark.parametrize(
