@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +20,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from fabric_core.testing import run_in_own_session
 
 WORLD_SIZE = 2
 # Collectives give up after this long, so that a rank left alone exits by itself instead of hanging.
@@ -130,20 +130,11 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out_dir = tmp_path_factory.mktemp("operations")
-    job = subprocess.Popen(
-        [sys.executable, __file__, str(out_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        output, _ = job.communicate(timeout=50)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)  # the job and the ranks it spawned
-        output, _ = job.communicate()
-        pytest.fail(f"the two-process job did not finish in 50 s:\n{output}")
-    assert job.returncode == 0, output
+        job = run_in_own_session([sys.executable, __file__, str(out_dir)], timeout=50)
+    except subprocess.TimeoutExpired as timed_out:
+        pytest.fail(f"the two-process job did not finish in 50 s:\n{timed_out.output}")
+    assert job.returncode == 0, job.stdout
     return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
 
 
