@@ -15,31 +15,37 @@ from fabric_core.utilities.apply_func import apply_to_collection
 if TYPE_CHECKING:
     from fabric_core.strategies.strategy import Strategy
 
-__all__ = ["load_module_from_mapped", "restore_state"]
+__all__ = ["load_module", "restore_state"]
 
 #: The suffix of the state-dict entry ``Module.set_extra_state`` receives.
 _EXTRA_STATE_SUFFIX = "_extra_state"
 
 
-def load_module_from_mapped(strategy: Strategy, module: Module, state_dict: Any, strict: bool = True) -> None:
-    """Load a state dict whose tensors map the checkpoint file (``load_checkpoint(..., mmap=True)``).
+def load_module(
+    strategy: Strategy, module: Module, state_dict: Any, strict: bool = True, *, mapped: bool = False
+) -> None:
+    """Load ``state_dict`` into ``module`` through the strategy.
 
+    With ``mapped`` (its tensors map the checkpoint file, ``load_checkpoint(..., mmap=True)``),
     ``load_state_dict`` copies each tensor into the module's own, straight from the file's pages. What a
     module could keep instead is copied: the entries ``set_extra_state`` receives, and any parameter or
     buffer that ends up sharing a loaded tensor's memory (a custom ``_load_from_state_dict`` that assigns).
     Nothing then keeps the mapping, so the file's blocks are freed when it is replaced or deleted.
     """
+    if not mapped:
+        strategy.load_module_state_dict(module, state_dict, strict=strict)
+        return
     extra_states = [k for k in state_dict if isinstance(k, str) and k.endswith(_EXTRA_STATE_SUFFIX)]
     if extra_states:
         state_dict = copy.copy(state_dict)  # a shallow copy keeps what the dict carries (`_metadata`, versions)
         for key in extra_states:
             state_dict[key] = copy.deepcopy(state_dict[key])
     strategy.load_module_state_dict(module, state_dict, strict=strict)
-    mapped: set[int] = set()
-    apply_to_collection(state_dict, torch.Tensor, lambda t: mapped.add(t.untyped_storage().data_ptr()))
+    file_storages: set[int] = set()
+    apply_to_collection(state_dict, torch.Tensor, lambda t: file_storages.add(t.untyped_storage().data_ptr()))
     with torch.no_grad():
         for tensor in itertools.chain(module.parameters(), module.buffers()):
-            if tensor.device.type == "cpu" and tensor.untyped_storage().data_ptr() in mapped:
+            if tensor.device.type == "cpu" and tensor.untyped_storage().data_ptr() in file_storages:
                 tensor.data = tensor.data.clone()
 
 
@@ -52,7 +58,7 @@ def restore_state(
     are written back into ``state``. Returns what the checkpoint holds that ``state`` did not ask for.
 
     With ``mapped`` (the checkpoint's tensors map its file, see ``load_checkpoint(..., mmap=True)``),
-    modules load straight from the file's pages (:func:`load_module_from_mapped`); everything else is
+    modules load straight from the file's pages (:func:`load_module`); everything else is
     copied first, because optimizers, stateful objects and the caller keep what they are given.
 
     Raises:
@@ -73,10 +79,7 @@ def restore_state(
             continue
         value = remainder.pop(key)
         if isinstance(obj, Module):
-            if mapped:
-                load_module_from_mapped(strategy, obj, value, strict=strict)
-            else:
-                strategy.load_module_state_dict(obj, value, strict=strict)
+            load_module(strategy, obj, value, strict=strict, mapped=mapped)
             continue
         if mapped:
             value = copy.deepcopy(value)

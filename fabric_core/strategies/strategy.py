@@ -326,7 +326,7 @@ class Strategy(ABC):
         ``mmap``, and ``weights_only`` is not ``False``): modules copy their tensors straight from the file's
         pages, which spares reading them into memory first (see ``restore_state``).
         """
-        from fabric_core.io.restore import load_module_from_mapped, restore_state
+        from fabric_core.io.restore import load_module, restore_state
         from fabric_core.wrappers import accepted_keywords
 
         mapped = (
@@ -340,10 +340,7 @@ class Strategy(ABC):
         options = {"mmap": True} if mapped else {}
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only, **options)
         if isinstance(state, Module):
-            if mapped:
-                load_module_from_mapped(self, state, checkpoint, strict=strict)
-            else:
-                self.load_module_state_dict(state, checkpoint, strict=strict)
+            load_module(self, state, checkpoint, strict=strict, mapped=mapped)
             return {}
         if isinstance(state, Optimizer):
             state.load_state_dict(checkpoint)
