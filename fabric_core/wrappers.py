@@ -284,6 +284,10 @@ class FabricModule(Module):
         state = self.__dict__
         if not state["_direct_call"] or _global_fw or _global_fw_pre or _global_bw or _global_bw_pre:
             return super().__call__(*args, **kwargs)
+        plain = state["_plain_forward"]
+        autocast_call = state["_autocast_call"]
+        if not plain and (autocast_call is None or len(args) != 1 or kwargs or state["_guards_backward"]):
+            return _precision_forward(state, args, kwargs)
         # The strategy's module, called the way `Module.__call__` calls a module without hooks: its
         # `forward` directly (another two frames and seven slow attribute lookups less).
         module = state["_modules"]["_forward_module"]
@@ -300,11 +304,8 @@ class FabricModule(Module):
                 or _tracing_state() is not None
             ):
                 forward = module.forward
-        if state["_plain_forward"]:
+        if plain:
             return forward(*args, **kwargs)
-        autocast_call = state["_autocast_call"]
-        if autocast_call is None or len(args) != 1 or kwargs or state["_guards_backward"]:
-            return _precision_forward(state, args, kwargs)
         # `_precision_forward` for the stock mixed precisions and `forward(x)`, inline: its extra frame and
         # hook calls cost 2% of a small model's step.
         input_dtype, autocast = autocast_call
