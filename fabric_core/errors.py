@@ -7,7 +7,7 @@ what is close, and the next command to run.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
@@ -105,7 +105,15 @@ class UnknownNameError(FabricCoreError, ValueError):
         hint: The next command to run, if there is one.
     """
 
-    def __init__(self, kind: str, name: str, choices: Iterable[str], *, argument: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        choices: Iterable[str],
+        *,
+        argument: str | None = None,
+        unavailable: Mapping[str, str] | None = None,
+    ) -> None:
         self.kind = kind
         self.name = name
         self.argument = argument or f"Fabric({kind}=...)"
@@ -123,7 +131,13 @@ class UnknownNameError(FabricCoreError, ValueError):
         if self.suggestions:
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Valid choices: {', '.join(self.choices) or '(none)'}.")
-        if self.hint:
+        # The plugin that would provide it may be installed but blocked or broken: say that, not "install".
+        why = unavailable or {}
+        installed = why.get(self.hint.removeprefix("pip install ")) if self.hint else why.get(name.strip().lower())
+        if installed:
+            self.hint = None
+            lines.append(installed)
+        elif self.hint:
             lines.append(f"To get it: `{self.hint}`.")
         else:
             lines.append("Run `fabric-core list-plugins` to see every installed plugin.")
