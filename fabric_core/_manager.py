@@ -29,6 +29,7 @@ from fabric_core.errors import (
     PluginImportError,
     PluginLoadError,
     PluginWarning,
+    describe_failure,
 )
 
 if TYPE_CHECKING:
@@ -139,19 +140,6 @@ def _with_dist_keys(names: frozenset[str]) -> frozenset[str]:
     return names | {dist_key(n) for n in names}
 
 
-def _fault(exc: BaseException, where: str) -> str:
-    """Say what a plugin did: ``called sys.exit(3) at import``, ``fabric_core_select_strategy raised ...``.
-
-    Args:
-        exc: What escaped the plugin's code.
-        where: ``"at import"`` for a module import, else the hook's name.
-    """
-    if isinstance(exc, SystemExit):
-        code = "" if exc.code is None else repr(exc.code)
-        return f"called sys.exit({code}) at import" if where == "at import" else f"{where} called sys.exit({code})"
-    return f"import failed: {exc!r}" if where == "at import" else f"{where} raised {exc!r}"
-
-
 def _closest_hook(name: str) -> str:
     known = [n for n in dir(hookspecs) if n.startswith("fabric_core_")]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -249,7 +237,8 @@ class PluginManager:
                 if count > 1 and name not in self._records:
                     self._warn_shared(name)
         if self.allow is not None:
-            for missing in sorted(self.allow - _with_dist_keys(frozenset(self._seen)) - set(self._records)):
+            known = self._seen | set(self._records)
+            for missing in sorted(a for a in self.allow if a not in known and dist_key(a) not in known):
                 self._problem(PluginRecord(missing, "blocked", reason="named in FABRIC_CORE_PLUGINS but not installed"))
 
     def _consider_entry_point(self, ep: metadata.EntryPoint, shared: bool) -> None:
@@ -327,7 +316,7 @@ class PluginManager:
         except KeyboardInterrupt:  # the user stopping the program, not the plugin failing
             raise
         except BaseException as exc:  # SystemExit too: a plugin must not end the user's program
-            self._problem(self._with(record, "failed", _fault(exc, "at import")), PluginImportError)
+            self._problem(self._with(record, "failed", describe_failure(exc, "at import")), PluginImportError)
             return
         self._register(name, obj, record)
 
@@ -383,7 +372,7 @@ class PluginManager:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:
-                    self._fail_loaded(impl.plugin_name, _fault(exc, hook_name))
+                    self._fail_loaded(impl.plugin_name, describe_failure(exc, hook_name))
                     entries = [e for e in entries if e.plugin != impl.plugin_name]
                     overrides = [o for o in overrides if o[2] != impl.plugin_name]
                     continue
@@ -414,7 +403,7 @@ class PluginManager:
             if r.status == "loaded" or not (r.distribution or r.module):
                 continue  # loaded, or named in an allow-list but not installed at all
             state = r.reason if r.status == "blocked" else f"{r.status} ({r.reason})"
-            where = f" from {r.distribution}" if r.distribution else ""
+            where = f" ({r.distribution})" if r.distribution and dist_key(r.distribution) != r.name else ""
             text = f"The plugin {r.name!r}{where} is installed but {state}."
             why.setdefault(r.name, text)
             if r.distribution:
@@ -447,7 +436,7 @@ class PluginManager:
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:
-                self._fail_loaded(impl.plugin_name, _fault(exc, hook_name))
+                self._fail_loaded(impl.plugin_name, describe_failure(exc, hook_name))
                 continue
             if not _expected_answer(result):
                 # Checked here, at the facade: past this point the core may rely on a name or a Spec.
@@ -487,7 +476,7 @@ class PluginManager:
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:
-                self._fail_loaded(impl.plugin_name, _fault(exc, "fabric_core_validate_selection"))
+                self._fail_loaded(impl.plugin_name, describe_failure(exc, "fabric_core_validate_selection"))
 
 
 def _constant(obj: object) -> Callable[[], object]:

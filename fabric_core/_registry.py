@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, final
 
-from fabric_core.errors import AmbiguousNameError, InvalidConfigError, PluginImportError, UnknownNameError
+from fabric_core.errors import (
+    AmbiguousNameError,
+    InvalidConfigError,
+    PluginImportError,
+    UnknownNameError,
+    describe_failure,
+)
 
 __all__ = ["KINDS", "Catalog", "Entry", "Registry", "Spec", "spec"]
 
@@ -122,9 +128,12 @@ class Entry:
             )
         try:
             loaded = import_target(self.target)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a target module that calls sys.exit() must not end the program
+            why = f"{exc!r}" if not isinstance(exc, SystemExit) else describe_failure(exc, "at import")
             raise PluginImportError(
-                self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {exc!r}"
+                self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {why}"
             ) from exc
         # Entries live as long as their catalog (one per manager): a warm Fabric(...) imports nothing.
         object.__setattr__(self, "_loaded", loaded)
@@ -143,7 +152,9 @@ class Entry:
             if self._probe_fn is None:
                 object.__setattr__(self, "_probe_fn", import_target(self.probe))
             return bool(self._probe_fn())
-        except Exception:
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # sys.exit() in a probe too: a probe never ends the program
             return False
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "PluginWarning",
     "PossibleUserWarning",
     "UnknownNameError",
+    "describe_failure",
     "install_hint",
 ]
 
@@ -75,6 +76,22 @@ def install_hint(kind: str, name: str) -> str | None:
 def close_matches(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """Return up to ``n`` choices that look like ``name`` (difflib), best first."""
     return difflib.get_close_matches(name.lower(), sorted(set(choices)), n=n, cutoff=0.6)
+
+
+def describe_failure(exc: BaseException, where: str) -> str:
+    """Say what plugin code did: ``called sys.exit(3) at import``, ``fabric_core_select_strategy raised ...``.
+
+    Plugin code runs isolated from every ``BaseException`` but ``KeyboardInterrupt``: ``SystemExit`` from a
+    plugin is a bug in the plugin, not the user's program asking to stop.
+
+    Args:
+        exc: What escaped the plugin's code.
+        where: ``"at import"`` for an import, else what was called (a hook's name, ``"the probe ..."``).
+    """
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        return f"called sys.exit({code}) at import" if where == "at import" else f"{where} called sys.exit({code})"
+    return f"import failed: {exc!r}" if where == "at import" else f"{where} raised {exc!r}"
 
 
 class FabricCoreError(Exception):

@@ -188,6 +188,14 @@ def test_unrelated_entry_point_named_ddp_does_not_displace_the_ddp_plugin(tmp_pa
         by_dist = {r.distribution: r.status for r in blocked.records}
         assert (by_dist["unrelated-dist"], by_dist["fabric-core-ddp"]) == ("loaded", "blocked")
         assert blocked.catalog.find("strategy", "something_else") is not None
+        # an allow-list may name a distribution, spelled either way, and nothing is reported missing
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PluginWarning)
+            allowed = PluginManager(environ={"FABRIC_CORE_PLUGINS": "Unrelated_Dist"})
+            by_dist = {r.distribution: r.status for r in allowed.records}
+        assert (by_dist["unrelated-dist"], by_dist["fabric-core-ddp"]) == ("loaded", "blocked")
+        with pytest.raises(UnknownNameError, match="'fabric-core-ddp' is installed but not listed in FABRIC_CORE_PL"):
+            select(allowed, accelerator="cpu", devices=2, strategy="ddp")
 
 
 def test_two_distributions_registering_one_component_are_ambiguous_with_qualified_names(tmp_path: Path) -> None:
@@ -265,7 +273,7 @@ def test_unknown_name_of_an_installed_but_unusable_plugin_says_why(environ: dict
     m = PluginManager(environ=environ)
     with pytest.raises(UnknownNameError) as info:
         select(m, accelerator="cpu", devices=2, strategy="fsdp")
-    assert "fabric-core-fsdp is installed but" in str(info.value) and says in str(info.value)
+    assert "The plugin 'fsdp' (fabric-core-fsdp) is installed but " + says in str(info.value)
     assert "pip install" not in str(info.value)
 
 
@@ -275,7 +283,9 @@ def test_unknown_name_of_a_failed_plugin_names_the_failure(tmp_path: Path) -> No
             m = manager()
             with pytest.raises(UnknownNameError) as info:
                 m.catalog.get("strategy", "broken")
-    assert "'broken'" in str(info.value) and "failed" in str(info.value) and "kaputt" in str(info.value)
+    assert "The plugin 'broken' (dist-broken) is installed but failed (import failed: RuntimeError('kaputt'))" in str(
+        info.value
+    )
 
 
 @pytest.mark.parametrize(
@@ -333,3 +343,29 @@ def test_misspelled_hook_fails_the_plugin_and_names_the_closest_hook(tmp_path: P
         assert got["ok"][0] == "loaded" and m.catalog.find("strategy", "fine") is not None
         with pytest.raises(PluginLoadError, match="unknown hook fabric_core_register_logger"):
             manager(strict=True).catalog  # noqa: B018
+
+
+def test_probe_or_target_that_exits_is_unavailable_not_fatal(tmp_path: Path) -> None:
+    source = textwrap.dedent("""
+        import sys
+        from fabric_core.hookspecs import hookimpl
+
+        @hookimpl
+        def fabric_core_register_accelerators(registry):
+            registry.add("exiting", __name__ + ":Nothing", description="probe exits", priority=99,
+                         probe=__name__ + ":probe")
+
+        @hookimpl
+        def fabric_core_register_loggers(registry):
+            registry.add("exiting", "fc_iso_exit_target:Logger", description="target module exits")
+
+        def probe():
+            sys.exit(5)
+    """)
+    with installed(tmp_path, ("dist-probe", "prober", source)):
+        (tmp_path / "site0" / "fc_iso_exit_target.py").write_text("import sys\nsys.exit(6)\n")
+        m = manager()
+        assert select(m).accelerator.entry.plugin == "builtin"  # type: ignore[union-attr]
+        assert m.catalog.get("accelerator", "exiting").is_available() is False
+        with pytest.raises(PluginLoadError, match=r"called sys\.exit\(6\)"):
+            m.catalog.get("logger", "exiting").load()
