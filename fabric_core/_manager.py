@@ -328,7 +328,11 @@ class PluginManager:
             return
         # pluggy accepts an implementation of a hook no spec declares (a typo registers nothing): check
         # this plugin's hooks only, so that one plugin's typo does not fail the others.
-        unknown = sorted(c.name for c in self._pm.get_hookcallers(obj) or () if not c.has_spec())
+        unknown = sorted(
+            c.name
+            for c in self._pm.get_hookcallers(obj) or ()
+            if not c.has_spec() and any(i.plugin is obj and not i.optionalhook for i in c.get_hookimpls())
+        )  # `optionalhook=True` declares a hook that may not exist (a newer core's), as pluggy reads it
         if unknown:
             self._pm.unregister(obj, name=name)
             reason = "; ".join(f"unknown hook {u}{_closest_hook(u)}" for u in unknown)

@@ -303,7 +303,7 @@ def test_unknown_name_of_a_failed_plugin_names_the_failure(tmp_path: Path) -> No
 )
 def test_bad_log_switches_say_so_in_one_line(env: dict[str, str], says: str) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_CORE_")}
-    code = "from fabric_core import Fabric; Fabric(accelerator='cpu'); Fabric(accelerator='cpu')"
+    code = "import fabric_core as fc; fc.PluginManager().catalog; fc.PluginManager().catalog"  # events, no torch
     done = subprocess.run(
         [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=120, check=True
     )
@@ -343,6 +343,11 @@ def test_misspelled_hook_fails_the_plugin_and_names_the_closest_hook(tmp_path: P
         assert got["ok"][0] == "loaded" and m.catalog.find("strategy", "fine") is not None
         with pytest.raises(PluginLoadError, match="unknown hook fabric_core_register_logger"):
             manager(strict=True).catalog  # noqa: B018
+    optional = (
+        "from fabric_core.hookspecs import hookimpl\n@hookimpl(optionalhook=True)\ndef fabric_core_later(x): pass\n"
+    )
+    with installed(tmp_path / "opt", ("dist-opt", "opt", optional)):
+        assert records(manager())["opt"] == ("loaded", None)  # declared optional: a hook of a newer core
 
 
 def test_probe_or_target_that_exits_is_unavailable_not_fatal(tmp_path: Path) -> None:
