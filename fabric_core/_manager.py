@@ -58,7 +58,8 @@ class PluginRecord:
     """What happened to one plugin.
 
     Attributes:
-        name: The entry-point name (the plugin's short name).
+        name: The entry-point name (the plugin's short name), or the distribution's name when another
+            distribution declares the same entry-point name.
         status: ``loaded``, ``failed``, ``blocked``, ``incompatible`` or ``conflict``.
         distribution: The distribution that declares it (``None`` for objects registered in code).
         version: That distribution's version.
@@ -333,9 +334,17 @@ class PluginManager:
             for c in self._pm.get_hookcallers(obj) or ()
             if not c.has_spec() and any(i.plugin is obj and not i.optionalhook for i in c.get_hookimpls())
         )  # `optionalhook=True` declares a hook that may not exist (a newer core's), as pluggy reads it
-        if unknown:
+        # The facade calls implementations one by one: a wrapper would hand back a generator, not an answer.
+        wrappers = sorted(
+            c.name
+            for c in self._pm.get_hookcallers(obj) or ()
+            if any(i.plugin is obj and (i.wrapper or i.hookwrapper) for i in c.get_hookimpls())
+        )
+        if unknown or wrappers:
             self._pm.unregister(obj, name=name)
-            reason = "; ".join(f"unknown hook {u}{_closest_hook(u)}" for u in unknown)
+            reasons = [f"unknown hook {u}{_closest_hook(u)}" for u in unknown]
+            reasons += [f"{w} is a hook wrapper; fabric-core hooks take plain implementations" for w in wrappers]
+            reason = "; ".join(reasons)
             self._problem(self._with(record, "failed", reason))
             return
         self._records[name] = record

@@ -346,8 +346,21 @@ def test_misspelled_hook_fails_the_plugin_and_names_the_closest_hook(tmp_path: P
     optional = (
         "from fabric_core.hookspecs import hookimpl\n@hookimpl(optionalhook=True)\ndef fabric_core_later(x): pass\n"
     )
-    with installed(tmp_path / "opt", ("dist-opt", "opt", optional)):
-        assert records(manager())["opt"] == ("loaded", None)  # declared optional: a hook of a newer core
+    wrapper = textwrap.dedent("""
+        from fabric_core.hookspecs import hookimpl
+
+        @hookimpl(wrapper=True)
+        def fabric_core_select_strategy(requested, context):
+            return (yield)
+    """)
+    with installed(tmp_path / "opt", ("dist-opt", "opt", optional), ("dist-wrap", "wrap", wrapper)):
+        with pytest.warns(PluginWarning, match="hook wrapper"):
+            got = records(manager())
+        assert got["opt"] == ("loaded", None)  # declared optional: a hook of a newer core
+        assert got["wrap"] == (
+            "failed",
+            "fabric_core_select_strategy is a hook wrapper; fabric-core hooks take plain implementations",
+        )
 
 
 def test_probe_or_target_that_exits_is_unavailable_not_fatal(tmp_path: Path) -> None:
