@@ -168,6 +168,8 @@ def test_cli_json_stays_parseable_when_a_plugin_prints(tmp_path: Path) -> None:
 
 def test_unrelated_entry_point_named_ddp_does_not_displace_the_ddp_plugin(tmp_path: Path) -> None:
     unrelated = strategy_plugin("something_else")
+    alone = PluginManager(environ={}).catalog  # a plugin is reachable by its distribution's name too
+    assert alone.get("strategy", "fabric-core-ddp:ddp") is alone.get("strategy", "ddp:ddp")
     with installed(tmp_path, ("unrelated-dist", "ddp", unrelated), group=REAL_GROUP):
         with pytest.warns(PluginWarning, match=r"fabric-core-ddp.*unrelated-dist|unrelated-dist.*fabric-core-ddp"):
             m = PluginManager(environ={})
