@@ -7,7 +7,7 @@ what is close, and the next command to run.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "PluginWarning",
     "PossibleUserWarning",
     "UnknownNameError",
+    "describe_failure",
     "install_hint",
 ]
 
@@ -77,6 +78,22 @@ def close_matches(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name.lower(), sorted(set(choices)), n=n, cutoff=0.6)
 
 
+def describe_failure(exc: BaseException, where: str) -> str:
+    """Say what plugin code did: ``called sys.exit(3) at import``, ``fabric_core_select_strategy raised ...``.
+
+    Plugin code runs isolated from every ``BaseException`` but ``KeyboardInterrupt``: ``SystemExit`` from a
+    plugin is a bug in the plugin, not the user's program asking to stop.
+
+    Args:
+        exc: What escaped the plugin's code.
+        where: ``"at import"`` for an import, else what was called (a hook's name, ``"the probe ..."``).
+    """
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        return f"called sys.exit({code}) at import" if where == "at import" else f"{where} called sys.exit({code})"
+    return f"import failed: {exc!r}" if where == "at import" else f"{where} raised {exc!r}"
+
+
 class FabricCoreError(Exception):
     """Base class of every error raised by fabric-core."""
 
@@ -105,7 +122,15 @@ class UnknownNameError(FabricCoreError, ValueError):
         hint: The next command to run, if there is one.
     """
 
-    def __init__(self, kind: str, name: str, choices: Iterable[str], *, argument: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        choices: Iterable[str],
+        *,
+        argument: str | None = None,
+        unavailable: Mapping[str, str] | None = None,
+    ) -> None:
         self.kind = kind
         self.name = name
         self.argument = argument or f"Fabric({kind}=...)"
@@ -123,7 +148,13 @@ class UnknownNameError(FabricCoreError, ValueError):
         if self.suggestions:
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Valid choices: {', '.join(self.choices) or '(none)'}.")
-        if self.hint:
+        # The plugin that would provide it may be installed but blocked or broken: say that, not "install".
+        why = unavailable or {}
+        installed = why.get(self.hint.removeprefix("pip install ")) if self.hint else why.get(name.strip().lower())
+        if installed:
+            self.hint = None
+            lines.append(installed)
+        elif self.hint:
             lines.append(f"To get it: `{self.hint}`.")
         else:
             lines.append("Run `fabric-core list-plugins` to see every installed plugin.")
