@@ -10,7 +10,7 @@ import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import torch
 
@@ -45,20 +45,78 @@ def _local_path(path: PathLike, method: str) -> Path:
     return Path(text)
 
 
-def _checkpoint_format(path: Path) -> str | None:
-    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else."""
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
-                if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
-                    return "zip"
-        except (zipfile.BadZipFile, OSError):
-            pass
-        return None
-    with open(path, "rb") as file:
+def _checkpoint_format(file: BinaryIO) -> str | None:
+    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else.
+
+    Reads the open ``file`` (and leaves it at its start), so that the format is that of the very file the
+    load then reads, whatever happens to its path meanwhile.
+    """
+    try:
+        if zipfile.is_zipfile(file):
+            try:
+                with zipfile.ZipFile(file) as archive:
+                    # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
+                    if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
+                        return "zip"
+            except (zipfile.BadZipFile, OSError):
+                pass
+            return None
+        file.seek(0)
         # Room for the protocol header and a FRAME opcode when a newer pickle protocol was used.
         return "legacy" if _LEGACY_MAGIC in file.read(32) else None
+    finally:
+        file.seek(0)
+
+
+#: Where Linux shows each open descriptor as a name that opens the very file the descriptor holds.
+_FD_FOLDER: Final = Path("/proc/self/fd")
+#: Mapped loads by path (no descriptor folder) retried when the path was replaced meanwhile, before reading.
+_MAPPED_ATTEMPTS: Final = 3
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_size)
+
+
+def _is_opened_file(path: Path, file: BinaryIO) -> bool:
+    try:
+        return _identity(os.stat(path)) == _identity(os.fstat(file.fileno()))
+    except OSError:
+        return False
+
+
+def _load_mapped(path: Path, file: BinaryIO, location: Any, safe: bool) -> dict[str, Any] | None:
+    """Map the file open as ``file`` (its path is ``path``); ``None`` where that cannot be done safely.
+
+    ``torch.load(mmap=True)`` takes only a name, which it opens twice more (the records' index, then the
+    mapping). Through ``/proc/self/fd/N`` both open the file this load opened, even if a save renames
+    another file onto ``path`` meanwhile. Without that folder, the load goes by ``path`` and is kept only if
+    ``path`` named the opened file (same device, inode, mtime and size) both before and after it: an
+    atomic save always puts a new inode at the path, and the one replaced never comes back, so the
+    opens between saw the opened file too. ``None`` sends the caller to read ``file`` instead.
+    """
+    alias = _FD_FOLDER / str(file.fileno())
+    if _FD_FOLDER.is_dir() and os.path.exists(alias):
+        try:
+            mapped: dict[str, Any] = torch.load(alias, map_location=location, weights_only=safe, mmap=True)
+            return mapped
+        except RuntimeError as err:
+            if "mmap" not in str(err):
+                raise
+            return None  # a filesystem that cannot map files (some network mounts)
+    for _ in range(_MAPPED_ATTEMPTS):
+        if not _is_opened_file(path, file):
+            return None
+        try:
+            mapped = torch.load(path, map_location=location, weights_only=safe, mmap=True)
+        except RuntimeError as err:
+            if "mmap" not in str(err) and _is_opened_file(path, file):
+                raise
+            return None
+        if _is_opened_file(path, file):
+            return mapped
+        del mapped
+    return None
 
 
 def _corrupt(path: Path, detail: str) -> CheckpointError:
@@ -186,21 +244,27 @@ class TorchCheckpointIO(CheckpointIO):
                 path=os.fspath(target),
                 reason="corrupt",
             )
-        file_format = _checkpoint_format(target)
+        # Opened once: the format, the records and the mapping all come from this one file, even while a
+        # save replaces the file at ``target`` (see `_load_mapped`).
+        with open(target, "rb") as file:
+            return self._load_open(target, file, map_location, weights_only, mmap)
+
+    def _load_open(
+        self, target: Path, file: BinaryIO, map_location: Any, weights_only: bool | None, mmap: bool
+    ) -> dict[str, Any]:
+        file_format = _checkpoint_format(file)
         if file_format is None:
             raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
         safe = True if weights_only is None else weights_only
         location = "cpu" if map_location is None else map_location
         try:
             if mmap and file_format == "zip":
-                try:
-                    mapped: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe, mmap=True)
+                mapped = _load_mapped(target, file, location, safe)
+                if mapped is not None:
                     return mapped
-                except RuntimeError as err:
-                    if "mmap" not in str(err):
-                        raise
-                    # A filesystem that cannot map files (some network mounts): read it instead.
-            loaded: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe)
+                # Not mappable here (some network mounts), or replaced meanwhile: read the opened file.
+                file.seek(0)
+            loaded: dict[str, Any] = torch.load(file, map_location=location, weights_only=safe)
         except pickle.UnpicklingError as err:
             # torch wraps the unpickler's own one-line reason in a long advice text; keep the reason.
             inner = err.__cause__ or err.__context__
