@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, Final
 import torch
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
-from fabric_core.io.atomic import atomic_write
+from fabric_core.io.atomic import atomic_write, committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
 
 __all__ = ["TorchCheckpointIO", "atomic_write"]
@@ -229,7 +229,9 @@ class TorchCheckpointIO(CheckpointIO):
             CheckpointError: The file is truncated or not a checkpoint (``reason="corrupt"``), or it holds
                 objects ``weights_only`` refused (``reason="unsafe"``).
         """
-        target = _local_path(path, "load_checkpoint")
+        # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
+        # an `.old` name (see `replace_path`).
+        target = committed_path(_local_path(path, "load_checkpoint"))
         if not target.exists():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
