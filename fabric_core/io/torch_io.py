@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import re
@@ -14,9 +15,10 @@ from typing import Any, BinaryIO, Final
 
 import torch
 
-from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
 from fabric_core.io.atomic import atomic_write, committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
+from fabric_core.utilities.apply_func import apply_to_collection
 
 __all__ = ["TorchCheckpointIO", "atomic_write"]
 
@@ -30,6 +32,7 @@ _REFUSED: Final = re.compile(r"GLOBAL|allowlist|Can only|must be imported")
 _DAMAGED: Final = re.compile(
     r"PytorchStreamReader|inline_container|hasRecord|zip archive|magic number|corrupt|crc", re.IGNORECASE
 )
+_NO_SPACE: Final = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})  # no EDQUOT on Windows
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -142,6 +145,45 @@ def _refused(path: Path, detail: str) -> CheckpointError:
     )
 
 
+def _out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (or what it was raised from) is a write that found the device full or over quota."""
+    # torch.save turns the file's OSError into "[enforce fail at inline_container.cc] unexpected pos", with
+    # the OSError as its context.
+    seen: BaseException | None = err
+    for _ in range(8):  # a short chain; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _NO_SPACE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _no_space(target: Path, checkpoint: Any) -> CheckpointSpaceError:
+    storages: dict[tuple[str, int], int] = {}
+
+    def count(tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        storages[(tensor.device.type, storage.data_ptr())] = storage.nbytes()
+
+    apply_to_collection(checkpoint, torch.Tensor, count)
+    needed = sum(storages.values())
+    try:
+        status = os.statvfs(target.parent)
+        free: int | None = status.f_bavail * status.f_frsize
+    except (OSError, AttributeError):  # no statvfs on Windows
+        free = None
+    free_text = "unknown" if free is None else f"{free:,}"
+    return CheckpointSpaceError(
+        f"No space left on device while writing {os.fspath(target)!r} (about {needed:,} bytes needed, "
+        f"{free_text} free). The previous checkpoint there, if any, is unchanged and no partial file was "
+        "left; free some space or save to another device.",
+        path=os.fspath(target),
+        needed=needed,
+        free=free,
+    )
+
+
 @contextlib.contextmanager
 def _crc32_off() -> Iterator[None]:
     """Turn off ``torch.save``'s per-record CRC32s in this thread for the block (torch's setting is per thread)."""
@@ -192,6 +234,8 @@ class TorchCheckpointIO(CheckpointIO):
         Raises:
             TypeError: ``storage_options`` was given.
             InvalidConfigError: ``path`` is a remote URL.
+            CheckpointSpaceError: The device filled up (also an ``OSError`` with ``errno.ENOSPC``); the
+                message says about how many bytes were needed and how many are free.
         """
         if storage_options is not None:
             raise TypeError(
@@ -200,9 +244,15 @@ class TorchCheckpointIO(CheckpointIO):
                 "use a CheckpointIO plugin that takes options."
             )
         target = _local_path(path, "save_checkpoint")
-        with atomic_write(target) as file, contextlib.nullcontext() if self.zip_crc32 else _crc32_off():
-            # Straight into the open file: no second in-memory copy of the serialised checkpoint.
-            torch.save(checkpoint, file)
+        try:
+            with atomic_write(target) as file, contextlib.nullcontext() if self.zip_crc32 else _crc32_off():
+                # Straight into the open file: no second in-memory copy of the serialised checkpoint.
+                torch.save(checkpoint, file)
+        except (RuntimeError, OSError) as err:
+            if _out_of_space(err):
+                # The temp file is gone already (atomic_write), so "free" is what the device has for a retry.
+                raise _no_space(target, checkpoint) from err
+            raise
 
     def load_checkpoint(
         self, path: PathLike, map_location: Any = None, weights_only: bool | None = None, *, mmap: bool = False
