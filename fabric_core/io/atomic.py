@@ -18,9 +18,9 @@ import shutil
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol, TypeVar
 
 __all__ = [
     "atomic_write",
@@ -29,9 +29,11 @@ __all__ = [
     "replace_path",
     "temp_path_for",
     "wait_for_removals",
+    "write_folder_collectively",
 ]
 
 PathLike = str | os.PathLike[str]
+_T = TypeVar("_T")
 
 TEMP_SUFFIX: Final = ".tmp"
 #: The name a replaced path has for a moment where the filesystem cannot swap two names in one step.
@@ -364,3 +366,45 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
     _fsync_directory(target.parent)
     if held is not None:
         _remover.submit(held)
+
+
+class _Ranks(Protocol):
+    """What :func:`write_folder_collectively` needs of a strategy."""
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    def broadcast(self, obj: _T, src: int = 0) -> _T: ...
+
+    def barrier(self, name: str | None = None) -> None: ...
+
+
+def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[Path], None], name: str) -> None:
+    """Have every rank write its part of a checkpoint folder, then put the folder at ``target`` in one step.
+
+    Call on every rank. Rank 0 first removes what killed saves of ``target`` left on this host
+    (:func:`remove_stale_temps`), then picks a temp folder name next to ``target`` that every rank receives;
+    ``write(temp)`` runs on every rank; after a barrier rank 0 puts the folder in place
+    (:func:`replace_path`). An interrupted save leaves the previous checkpoint at ``target`` (never a mix,
+    never nothing); a failed one removes its temp folder. The folder must be on a filesystem every rank sees.
+
+    Args:
+        ranks: The strategy (``is_global_zero``, ``broadcast``, ``barrier``).
+        target: The checkpoint folder to create or replace.
+        write: Writes this rank's files into the folder it is given.
+        name: Names the barriers (e.g. the strategy's name), for hang reports.
+    """
+    target = Path(target)
+    if ranks.is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(target)
+    temp = Path(ranks.broadcast(os.fspath(temp_path_for(target)) if ranks.is_global_zero else ""))
+    try:
+        write(temp)
+        ranks.barrier(f"{name}-save")
+        if ranks.is_global_zero:
+            replace_path(temp, target)
+    finally:
+        if ranks.is_global_zero and os.path.lexists(temp):
+            _remove(os.fspath(temp))
+    ranks.barrier(f"{name}-save-done")

@@ -7,7 +7,6 @@ Every function here is collective: all ranks call it with the same ``state``.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.io.atomic import committed_path, remove_stale_temps, replace_path, temp_path_for
+from fabric_core.io.atomic import committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
     checkpoint_keys,
@@ -90,31 +89,22 @@ def _apply_filter(key: str, value: Any, filter: Filter | None) -> Any:
 def save_sharded(strategy: ShardedStrategy, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """Write ``path`` as a folder: each rank writes its shards, rank 0 the metadata and ``meta.pt``.
 
-    The folder is written under a temporary name and put in place by rank 0 once every rank has finished,
-    in one step (:func:`~fabric_core.io.atomic.replace_path`), so an interrupted save leaves the previous
-    checkpoint or the new one at ``path``, never a mix and never nothing. Rank 0 first removes what killed
-    saves of ``path`` left (:func:`~fabric_core.io.atomic.remove_stale_temps`).
+    The folder is written under a temporary name and put in place in one step by rank 0 once every rank
+    has finished (:func:`~fabric_core.io.atomic.write_folder_collectively`), so an interrupted save leaves
+    the previous checkpoint or the new one at ``path``, never a mix and never nothing; the next save sweeps
+    what a killed one left.
     """
     modules, optimizers, extras = _split(state)
     tensors: dict[str, Any] = {key: get_model_state_dict(module) for key, module in modules.items()}
     for key, optimizer in optimizers.items():
         tensors[key] = get_optimizer_state_dict(owner(optimizer, modules.values(), key), optimizer)
-    target = Path(path)
-    if strategy.is_global_zero:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(target)
-    temp = strategy.broadcast(str(temp_path_for(target)) if strategy.is_global_zero else "")
-    try:
+
+    def write(temp: Path) -> None:
         dcp_save(tensors, checkpoint_id=temp)
         if strategy.is_global_zero:
-            strategy.checkpoint_io.save_checkpoint(_plain(extras), Path(temp) / META_FILE)
-        strategy.barrier("fsdp-save")
-        if strategy.is_global_zero:
-            replace_path(temp, target)
-    finally:
-        if strategy.is_global_zero and Path(temp).exists():
-            shutil.rmtree(temp, ignore_errors=True)
-    strategy.barrier("fsdp-save-done")
+            strategy.checkpoint_io.save_checkpoint(_plain(extras), temp / META_FILE)
+
+    write_folder_collectively(strategy, path, write, "fsdp")
 
 
 def save_full(
