@@ -30,7 +30,7 @@ deadline = time.monotonic() + 120  # ends by itself even if the test process is 
 saves = 0
 while not stop.exists() and time.monotonic() < deadline:
     v = saves % versions + 1
-    tensors = {f"w{i}": torch.full((2**15 + 4096 * v * (i + 1),), float(v)) for i in range(2 + v % 4)}
+    tensors = {f"w{i}": torch.full((2**10 + 256 * v * (i + 1),), float(v)) for i in range(8 + 8 * (v % 4))}
     io.save_checkpoint({"version": v, "shapes": {k: t.numel() for k, t in tensors.items()}, **tensors}, target)
     saves += 1
 print(saves)
@@ -42,7 +42,7 @@ def _check(loaded: dict[str, object]) -> str | None:
     version = loaded["version"]
     shapes = loaded["shapes"]
     assert isinstance(version, int) and isinstance(shapes, dict)
-    expected = {f"w{i}": 2**15 + 4096 * version * (i + 1) for i in range(2 + version % 4)}
+    expected = {f"w{i}": 2**10 + 256 * version * (i + 1) for i in range(8 + 8 * (version % 4))}
     if shapes != expected or set(loaded) != {"version", "shapes", *expected}:
         return f"version {version}: keys {sorted(loaded)} / shapes {shapes}"
     for key, numel in expected.items():
