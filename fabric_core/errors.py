@@ -7,12 +7,14 @@ what is close, and the next command to run.
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
     "AmbiguousNameError",
     "CheckpointError",
+    "CheckpointSpaceError",
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
@@ -224,10 +226,34 @@ class CheckpointError(FabricCoreError):
     Attributes:
         path: The checkpoint's path.
         reason: ``"corrupt"`` (truncated, or not a checkpoint at all) or ``"unsafe"`` (it holds Python
-            objects that loading with ``weights_only=True`` refused).
+            objects that loading with ``weights_only=True`` refused), or ``"no_space"``
+            (:class:`CheckpointSpaceError`).
     """
 
     def __init__(self, message: str, *, path: str | None = None, reason: str | None = None) -> None:
         self.path = path
         self.reason = reason
         super().__init__(message)
+
+
+class CheckpointSpaceError(CheckpointError, OSError, RuntimeError):
+    """The device ran out of space while a checkpoint was written; the previous checkpoint is unchanged.
+
+    Also an ``OSError`` with ``errno`` ``ENOSPC`` (what the failed write raised), and a ``RuntimeError``
+    (what ``torch.save`` raises for it), so that either ``except`` keeps catching it.
+
+    Attributes:
+        needed: About how many bytes the checkpoint takes (its tensors' bytes).
+        free: The bytes free for this user on the device after the partial file was removed.
+    """
+
+    def __init__(self, message: str, *, path: str, needed: int, free: int | None) -> None:
+        super().__init__(message, path=path, reason="no_space")
+        self.errno = errno.ENOSPC
+        self.strerror = message
+        self.needed = needed
+        self.free = free
+
+    def __str__(self) -> str:
+        # OSError's own form would be "[Errno 28] <message>"; the message already says it.
+        return str(self.args[0])
