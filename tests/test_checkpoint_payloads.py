@@ -25,7 +25,7 @@ from fabric_core.io.distributed import (
     load_distributed_checkpoint,
     optimizer_state_by_name,
 )
-from fabric_core.testing.payloads import Payload, plant_in_metadata, plant_in_shard
+from fabric_core.testing.payloads import Payload, executions, plant_in_metadata, plant_in_shard
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -67,11 +67,11 @@ def test_a_payload_in_metadata_is_refused_everywhere_the_folder_is_read(folder: 
     refused(lambda: checkpoint_keys(folder), ".metadata", "posix.system")
     refused(lambda: consolidate(folder, folder.with_name("out.pt")), ".metadata", "posix.system")
     refused(lambda: Fabric(accelerator="cpu", devices=1).load(folder), ".metadata", "posix.system")
-    assert not marker.exists()
+    assert executions(marker) == 0
     assert not folder.with_name("out.pt").exists()
     # The payload is live: a caller who trusts the folder gets it run (and the checkpoint still loads).
     loaded = load_distributed_checkpoint(folder, weights_only=False)
-    assert marker.exists()
+    assert executions(marker) == 1
     assert loaded["step"] == 3
 
 
@@ -80,15 +80,15 @@ def test_a_payload_in_a_shard_is_refused(folder: Path, marker: Path) -> None:
     error = refused(lambda: load_distributed_checkpoint(folder), shard, "optimizer.param_groups.1.lr")
     assert "os.system" in str(error) or "posix.system" in str(error)
     refused(lambda: Fabric(accelerator="cpu", devices=1).load(folder), shard, "param_groups")
-    assert not marker.exists()
+    assert executions(marker) == 0
     load_distributed_checkpoint(folder, weights_only=False)
-    assert marker.exists()
+    assert executions(marker) == 1
 
 
 def test_a_payload_in_meta_pt_is_refused(folder: Path, marker: Path) -> None:
     torch.save({"step": Payload(marker)}, folder / "meta.pt")
     refused(lambda: load_distributed_checkpoint(folder), "meta.pt", "system")
-    assert not marker.exists()
+    assert executions(marker) == 0
 
 
 def test_consolidate_cli_refuses_a_payload_and_names_the_file(folder: Path, marker: Path, tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_consolidate_cli_refuses_a_payload_and_names_the_file(folder: Path, mark
     assert result.returncode == 2, result.stderr
     assert ".metadata" in result.stderr and "posix.system" in result.stderr
     assert "Traceback" not in result.stderr
-    assert not marker.exists()
+    assert executions(marker) == 0
     assert not folder.with_name("ckpt.consolidated").exists()
     # A legitimate folder still consolidates, and a trusted one with --no-weights-only.
     ok = subprocess.run([*command, str(clean)], capture_output=True, text=True, timeout=120)
@@ -108,7 +108,7 @@ def test_consolidate_cli_refuses_a_payload_and_names_the_file(folder: Path, mark
     assert torch.load(tmp_path / "clean.consolidated", weights_only=True)["step"] == 3
     trusted = subprocess.run([*command, "--no-weights-only", str(folder)], capture_output=True, text=True, timeout=120)
     assert trusted.returncode == 0, trusted.stderr
-    assert marker.exists()
+    assert executions(marker) == 1
 
 
 @pytest.mark.parametrize("damage", ["delete", "truncate"])

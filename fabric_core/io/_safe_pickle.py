@@ -11,7 +11,7 @@ Two ways to read a pickle here:
 
 A pickle can only reach code through a global (``GLOBAL``, ``STACK_GLOBAL``, ``INST``, the extension-registry
 opcodes all go through ``find_class``) or through ``persistent_load``; both are overridden here. This module
-does not import torch.
+imports torch only in :func:`check_torch_file`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from typing import IO, Any
 
 from fabric_core.errors import CheckpointError
 
-__all__ = ["RefusedGlobal", "load_restricted", "refused_error", "scan"]
+# How a zip archive starts; `torch.load` reads any other file with its legacy loader, which unpickles
+# several objects (or the members of a tar archive) before the data.
+_ZIP_MAGIC = b"PK\x03\x04"
+
+__all__ = ["RefusedGlobal", "check_torch_file", "load_restricted", "refused_error", "scan"]
 
 Allowed = Collection[tuple[str, str]]
 
@@ -128,3 +132,48 @@ def refused_error(path: str | os.PathLike[str], refused: RefusedGlobal) -> Check
         path=text,
         reason="unsafe",
     )
+
+
+def check_torch_file(path: str | os.PathLike[str], allowed: Allowed) -> None:
+    """Check, without reading a tensor, that ``torch.load(path, weights_only=False)`` would build only ``allowed``.
+
+    The file must be a zip archive written by ``torch.save`` (the format since torch 1.6); its pickles are
+    read through torch's own archive reader, the one ``torch.load`` uses, and scanned (see :func:`scan`).
+
+    Raises:
+        CheckpointError: A pickle names a global outside ``allowed`` (``reason="unsafe"``), or the file is in
+            another format, which cannot be checked (``"unsafe"``), or is damaged (``"corrupt"``).
+    """
+    import torch
+
+    text = os.fspath(path)
+    with open(path, "rb") as file:
+        head = file.read(len(_ZIP_MAGIC))
+    if head != _ZIP_MAGIC:
+        raise CheckpointError(
+            f"Checkpoint file {text!r} is not a zip archive written by `torch.save` (torch's format since 1.6), so "
+            "it cannot be checked for code before it is unpickled; loading was refused (`weights_only=True` is "
+            "the default). Only if you trust the source of this checkpoint, load it with `weights_only=False`.",
+            path=text,
+            reason="unsafe",
+        )
+    try:
+        reader = torch._C.PyTorchFileReader(text)
+        records = [name for name in reader.get_all_records() if name.endswith(".pkl")]
+        for name in records:
+            scan(reader.get_record(name), allowed)
+    except RefusedGlobal as refused:
+        raise refused_error(path, refused) from None
+    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
+        raise CheckpointError(
+            f"Checkpoint file {text!r} is truncated or is not a PyTorch checkpoint ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'unexpected end of data'}).",
+            path=text,
+            reason="corrupt",
+        ) from None
+    if not records:
+        raise CheckpointError(
+            f"Checkpoint file {text!r} is a zip archive without the pickle `torch.save` writes (data.pkl).",
+            path=text,
+            reason="corrupt",
+        )

@@ -1,7 +1,8 @@
 """Real code-execution payloads planted in checkpoint files, for tests of ``weights_only`` loading.
 
-A payload is an object whose pickle calls ``os.system("touch MARKER")``: if a load ever unpickles it without
-restrictions, the marker file appears. Tests plant one, load, and assert the marker never appears.
+A payload is an object whose pickle calls ``os.system("touch MARKER.<pid>")``: each time a load unpickles it
+without restrictions, one marker file appears (named after the shell that ran, so runs on several ranks or
+repeated loads are counted apart). Tests plant one, load, and assert that :func:`executions` stays 0.
 """
 
 from __future__ import annotations
@@ -12,17 +13,23 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Payload", "plant_in_metadata", "plant_in_shard", "plant_in_torch_file"]
+__all__ = ["Payload", "executions", "plant_in_metadata", "plant_in_shard", "plant_in_torch_file"]
 
 
 class Payload:
-    """Pickles as ``os.system("touch <marker>")`` (the refused global is ``posix.system`` on Linux)."""
+    """Pickles as ``os.system("touch <marker>.$$")`` (the refused global is ``posix.system`` on Linux)."""
 
     def __init__(self, marker: str | os.PathLike[str]) -> None:
         self.marker = os.fspath(marker)
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return os.system, (f"touch {shlex.quote(self.marker)}",)
+        return os.system, (f"touch {shlex.quote(self.marker)}.$$",)
+
+
+def executions(marker: str | os.PathLike[str]) -> int:
+    """How many times a payload with this marker ran (the marker files it left)."""
+    path = Path(marker)
+    return sum(1 for _ in path.parent.glob(f"{path.name}.*"))
 
 
 def _read_metadata(folder: Path) -> Any:
