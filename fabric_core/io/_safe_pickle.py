@@ -10,12 +10,13 @@ Two ways to read a pickle here:
   globals.
 
 A pickle can only reach code through a global (``GLOBAL``, ``STACK_GLOBAL``, ``INST``, the extension-registry
-opcodes all go through ``find_class``) or through ``persistent_load``; both are overridden here. This module
+opcodes all name one) or through ``persistent_load``; each goes through a method overridden here. This module
 imports torch only in :func:`check_torch_file`.
 """
 
 from __future__ import annotations
 
+import copyreg
 import io
 import os
 import pickle
@@ -77,7 +78,9 @@ class _Inert:
         pass
 
 
-class _Restricted(pickle.Unpickler):
+class _Restricted(pickle._Unpickler):
+    # The pure-Python unpickler: the C one resolves the extension-registry opcodes from a process-wide cache
+    # that skips ``find_class`` once any pickle has used the code.
     def __init__(self, file: IO[bytes], allowed: Allowed, *, build: bool) -> None:
         super().__init__(file)
         self._allowed = allowed
@@ -90,6 +93,12 @@ class _Restricted(pickle.Unpickler):
             # A class object, so that NEWOBJ's ``cls.__new__(cls, ...)`` works on it too.
             return _Inert
         return super().find_class(module, name)
+
+    def get_extension(self, code: int) -> None:
+        key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]  # private, untyped
+        if key is None:
+            raise pickle.UnpicklingError(f"unregistered extension code {code}")
+        self.append(self.find_class(*key))  # type: ignore[attr-defined]  # the stack's method, untyped
 
     def persistent_load(self, pid: Any) -> Any:
         if self._build:
