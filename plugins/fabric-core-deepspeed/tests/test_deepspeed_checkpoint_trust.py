@@ -104,6 +104,18 @@ def test_no_rank_runs_a_payload_in_a_deepspeed_folder(seen: list[dict[str, Any]]
         assert "posix.system" in error["message"] and "weights_only=False" in error["message"]
 
 
+def test_a_deepspeed_folder_under_a_single_device_strategy_is_not_unpickled(
+    seen: list[dict[str, Any]], out_dir: Path
+) -> None:
+    from fabric_core import Fabric
+    from fabric_core.errors import CheckpointError
+
+    for case in PLANTED:
+        with pytest.raises(CheckpointError, match="not a sharded checkpoint"):
+            Fabric(accelerator="cpu", devices=1).load(out_dir / case)
+    assert executions(out_dir / "PWNED") == 0
+
+
 def test_consolidate_refuses_a_payload(seen: list[dict[str, Any]], out_dir: Path) -> None:
     error = seen[0]["consolidate"]
     assert error is not None and error["type"] == "CheckpointError" and "posix.system" in error["message"]
