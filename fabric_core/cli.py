@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="The file to write (default: <folder>.consolidated).",
     )
+    co.add_argument(
+        "--no-weights-only",
+        dest="weights_only",
+        action="store_false",
+        help="Unpickle anything in the folder (weights_only=False). Only for a folder you trust: a crafted one "
+        "can run code. By default the folder may hold only DCP metadata, tensors and plain containers.",
+    )
 
     from fabric_core._run import add_run_parser
 
@@ -149,7 +156,7 @@ def _consolidate(args: argparse.Namespace) -> int:
     from fabric_core.io.distributed import consolidate
 
     try:
-        written = consolidate(args.checkpoint_folder, args.output)
+        written = consolidate(args.checkpoint_folder, args.output, weights_only=None if args.weights_only else False)
     except FileNotFoundError as exc:
         print(f"fabric-core consolidate: {exc}", file=sys.stderr)
         return 2

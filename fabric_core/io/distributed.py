@@ -20,15 +20,20 @@ from typing import Any, Final
 import torch
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
 from fabric_core.io.atomic import atomic_write
 
 __all__ = [
     "META_FILE",
+    "SafeFileSystemReader",
+    "checkpoint_keys",
     "consolidate",
+    "dcp_errors",
     "is_distributed_checkpoint",
     "load_distributed_checkpoint",
     "optimizer_state_by_name",
     "optimizer_state_by_position",
+    "safe_load_planner",
 ]
 
 #: The file of non-tensor values inside a sharded checkpoint folder.
@@ -42,11 +47,17 @@ def is_distributed_checkpoint(path: PathLike) -> bool:
     return Path(path).is_dir() and (Path(path) / _DCP_METADATA).is_file()
 
 
-def checkpoint_keys(path: PathLike) -> set[str]:
-    """The top-level keys of the state saved in the DCP folder ``path`` (without reading the tensors)."""
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
+def checkpoint_keys(path: PathLike | SafeFileSystemReader, *, weights_only: bool | None = None) -> set[str]:
+    """The top-level keys of the state saved in the DCP folder ``path`` (without reading the tensors).
 
-    metadata = FileSystemReader(os.fspath(path)).read_metadata()
+    ``path`` may be the reader that will load the folder: it keeps the metadata read here.
+
+    Raises:
+        CheckpointError: ``.metadata`` names a type DCP metadata does not consist of (unless
+            ``weights_only=False``), or is damaged.
+    """
+    reader = path if isinstance(path, SafeFileSystemReader) else SafeFileSystemReader(path, weights_only=weights_only)
+    metadata = reader.read_metadata()
     # DCP flattens nested state with "." between levels; the top-level key is what precedes the first dot,
     # unless a key itself has dots, which the planner data records exactly.
     planner_data = metadata.planner_data if isinstance(metadata.planner_data, Mapping) else {}
@@ -113,17 +124,18 @@ def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = N
 
     Args:
         path: The folder.
-        weights_only: How ``meta.pt`` is read (``None``/``True``: tensors and plain containers only).
+        weights_only: ``None``/``True``: ``.metadata`` may hold only the types DCP metadata consists of, and
+            the shard files' non-tensor values and ``meta.pt`` only tensors and plain containers, so a crafted
+            folder cannot run code. ``False``: unpickle anything (a folder you trust).
 
     Returns:
         The checkpoint as ``fabric.save`` was given it: ``{"model": state_dict, "optimizer": ..., ...}``.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        CheckpointError: ``path`` is not a sharded checkpoint folder.
+        CheckpointError: ``path`` is not a sharded checkpoint folder, a file of it is missing, truncated or
+            damaged (``reason="corrupt"``), or holds objects that ``weights_only`` refused (``"unsafe"``).
     """
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     folder = Path(path)
@@ -139,12 +151,10 @@ def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = N
     loaded: dict[str, Any] = {}
     # The public `dcp.load` only fills keys the given dict already has; filling an empty dict from the
     # metadata is what torch's own `dcp_to_torch_save` does with these two.
-    _load_state_dict(
-        loaded,
-        storage_reader=FileSystemReader(os.fspath(folder)),
-        planner=_EmptyStateDictLoadPlanner(),  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        no_dist=True,
-    )
+    reader = SafeFileSystemReader(folder, weights_only=weights_only)
+    reader.read_metadata()  # a refused or damaged `.metadata` raises here, clearly (see the reader)
+    with dcp_errors(folder):
+        _load_state_dict(loaded, storage_reader=reader, planner=safe_load_planner(reader, empty=True), no_dist=True)
     for key, value in list(loaded.items()):
         if _is_optimizer_state(value):
             loaded[key] = optimizer_state_by_position(value)
@@ -165,7 +175,7 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_onl
     Args:
         folder: The sharded checkpoint folder.
         output: The file to write; by default ``<folder>.consolidated`` next to the folder.
-        weights_only: How ``meta.pt`` is read.
+        weights_only: How the folder is read (see :func:`load_distributed_checkpoint`).
 
     Returns:
         The path written.
@@ -173,7 +183,8 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_onl
     Raises:
         InvalidConfigError: ``output`` exists already (it is never overwritten).
         FileNotFoundError: ``folder`` does not exist.
-        CheckpointError: ``folder`` is not a sharded checkpoint folder.
+        CheckpointError: ``folder`` is not a sharded checkpoint folder, or cannot be read (see
+            :func:`load_distributed_checkpoint`).
     """
     source = Path(folder)
     target = Path(output) if output is not None else source.with_name(source.name + ".consolidated")

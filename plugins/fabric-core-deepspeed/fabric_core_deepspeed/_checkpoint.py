@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from fabric_core.io.restore import restore_state
+from fabric_core_deepspeed._trust import check_pickles
 
 if TYPE_CHECKING:
     from fabric_core_deepspeed.strategy import DeepSpeedStrategy
@@ -96,16 +97,25 @@ def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -
     return Layout(module_key, engine, optimizer_key, extras)
 
 
-def load_folder(strategy: DeepSpeedStrategy, folder: Path, state: dict[str, Any], strict: bool) -> dict[str, Any]:
+def load_folder(
+    strategy: DeepSpeedStrategy, folder: Path, state: dict[str, Any], strict: bool, weights_only: bool | None = None
+) -> dict[str, Any]:
     """Restore ``state`` from a checkpoint folder: DeepSpeed restores the engine (and its optimizer when ``state``
     holds it); the other entries come from the client state, in place. Returns the extras not asked for.
 
+    DeepSpeed unpickles its files with ``weights_only=False``; unless ``weights_only`` is ``False``, every
+    pickle in the folder is checked first (:func:`~fabric_core_deepspeed._trust.check_pickles`).
+
     Raises:
+        CheckpointError: A file of the folder holds objects a DeepSpeed checkpoint does not consist of
+            (nothing of it was unpickled), or is damaged.
         ValueError: ``state`` holds no engine of ``strategy``, or more than one.
         KeyError: With ``strict``, ``state`` asks for an extra the checkpoint lacks.
         RuntimeError: DeepSpeed could not read the folder.
     """
     layout = split_state(state, strategy._engines, "load")
+    if weights_only is not False:
+        check_pickles(folder, TAG)
     _, client_state = layout.engine.load_checkpoint(
         os.fspath(folder),
         tag=TAG,

@@ -10,13 +10,16 @@ import torch
 
 from fabric_core.io.atomic import atomic_write
 from fabric_core_deepspeed import _checkpoint
+from fabric_core_deepspeed._trust import check_pickles
 
 __all__ = ["consolidate"]
 
 PathLike = str | os.PathLike[str]
 
 
-def consolidate(folder: PathLike, output: PathLike | None = None, *, tag: str | None = None) -> Path:
+def consolidate(
+    folder: PathLike, output: PathLike | None = None, *, tag: str | None = None, weights_only: bool | None = None
+) -> Path:
     """Merge the shards of a DeepSpeed checkpoint folder into one ``torch.save`` file with fp32 weights.
 
     The file holds ``{<model key>: <fp32 state dict>, **extras}``: the model under the key it had in
@@ -24,13 +27,15 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, tag: str | 
     (whose ZeRO shards are not merged). Load it with ``fabric.load(file, {"model": model})`` under any
     strategy, DeepSpeed included. Runs in one process, on the CPU, without a process group.
 
-    Only consolidate folders you trust: DeepSpeed's files are read with ``weights_only=False``.
+    DeepSpeed's files are unpickled without restrictions; unless ``weights_only=False``, every pickle in the
+    folder is checked first, and a folder holding anything but what the DeepSpeed strategy saves is refused.
 
     Args:
         folder: The folder written by ``fabric.save`` under the DeepSpeed strategy.
         output: The file to write; default ``<folder>.consolidated``.
         tag: The checkpoint tag (sub-folder); default the one ``fabric.save`` uses, else DeepSpeed's
             ``latest`` file.
+        weights_only: ``None``/``True``: check the folder first; ``False``: a folder you trust.
 
     Returns:
         The path of the file written.
@@ -38,6 +43,7 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, tag: str | 
     Raises:
         FileNotFoundError: ``folder`` is not a DeepSpeed checkpoint folder.
         FileExistsError: ``output`` exists already.
+        CheckpointError: A file of the folder was refused, or is damaged.
     """
     source = Path(folder)
     if not source.is_dir():
@@ -46,6 +52,8 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, tag: str | 
     target = Path(output) if output is not None else source.with_name(source.name + ".consolidated")
     if target.exists():
         raise FileExistsError(f"The output {os.fspath(target)!r} exists already; remove it or choose another `output`.")
+    if weights_only is not False:
+        check_pickles(source, tag)
     client_state: dict[str, Any] = torch.load(
         _checkpoint.model_states_file(source, tag), map_location="cpu", weights_only=False
     )

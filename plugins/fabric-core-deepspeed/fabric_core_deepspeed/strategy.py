@@ -521,6 +521,8 @@ class DeepSpeedStrategy(ParallelStrategy):
             ValueError: ``state`` is empty or holds no DeepSpeed model (folder), or more than one.
             FileNotFoundError: ``path`` is neither a file nor a checkpoint folder of this strategy.
             KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
+            CheckpointError: A file holds objects a checkpoint does not consist of (unless
+                ``weights_only=False``), or is damaged.
         """
         if os.path.isfile(path) or isinstance(state, (Module, Optimizer)):
             return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
@@ -529,7 +531,7 @@ class DeepSpeedStrategy(ParallelStrategy):
                 f"Got `DeepSpeedStrategy.load_checkpoint(..., state={state!r})` but a state with at least a model "
                 "instance to reload is required. Pass it in like so: `fabric.load(path, state={'model': model, ...})`."
             )
-        return _checkpoint.load_folder(self, _checkpoint.check_folder(path), state, strict)
+        return _checkpoint.load_folder(self, _checkpoint.check_folder(path), state, strict, weights_only)
 
     def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""

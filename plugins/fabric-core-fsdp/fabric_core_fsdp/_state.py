@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -28,11 +27,14 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
+    SafeFileSystemReader,
     checkpoint_keys,
+    dcp_errors,
     is_distributed_checkpoint,
     load_distributed_checkpoint,
     optimizer_state_by_name,
     optimizer_state_by_position,
+    safe_load_planner,
 )
 from fabric_core.strategies.strategy import Stateful
 
@@ -144,6 +146,8 @@ def load(
         FileNotFoundError: Nothing at ``path``.
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
         InvalidConfigError: A lone module or optimizer with a sharded folder (name it in a dict instead).
+        CheckpointError: A file of the checkpoint is missing, truncated or damaged, or holds objects that
+            ``weights_only`` refused.
     """
     target = committed_path(path)  # for a moment the previous checkpoint's `.old` name (see `replace_path`)
     if not target.exists():
@@ -211,7 +215,10 @@ def _load_sharded(
     strategy: ShardedStrategy, folder: Path, state: dict[str, Any], strict: bool, weights_only: bool | None
 ) -> dict[str, Any]:
     modules, optimizers, _ = _split(state)
-    saved = checkpoint_keys(folder)
+    # The core's reader: `.metadata` and the non-tensor values are read with allow-lists unless
+    # `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
+    reader = SafeFileSystemReader(folder, weights_only=weights_only)
+    saved = checkpoint_keys(reader)
     meta_file = folder / META_FILE
     meta: dict[str, Any] = (
         strategy.checkpoint_io.load_checkpoint(meta_file, weights_only=weights_only) if meta_file.is_file() else {}
@@ -221,7 +228,11 @@ def _load_sharded(
     tensors: dict[str, Any] = {k: get_model_state_dict(m) for k, m in modules.items() if k in saved}
     tensors.update({k: get_optimizer_state_dict(owners[k], o) for k, o in optimizers.items() if k in saved})
     if tensors:
-        dcp_load(tensors, checkpoint_id=os.fspath(folder), planner=DefaultLoadPlanner(allow_partial_load=not strict))
+        # The reader and planner of the core: `.metadata` and the non-tensor values are read with allow-lists
+        # unless `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
+        reader = SafeFileSystemReader(folder, weights_only=weights_only)
+        with dcp_errors(folder):
+            dcp_load(tensors, storage_reader=reader, planner=safe_load_planner(reader, allow_partial_load=not strict))
     for key, module_state in tensors.items():
         if key in modules:
             set_model_state_dict(modules[key], module_state, options=StateDictOptions(strict=strict))
