@@ -93,6 +93,15 @@ def _requested_ids(devices: Any, available: Sequence[int], accelerator: str) -> 
             argument="devices",
             value=devices,
         )
+    if value > len(available):
+        # Refused before building the indices: `devices=10**9` must not allocate a list of a billion first.
+        raise InvalidConfigError(
+            f"`Fabric(devices={devices!r})`: you requested {value} {accelerator} devices, but your machine only "
+            f"has: {list(available)}. Valid choices: an int up to {len(available)}, indices from "
+            f"{list(available)}, or -1 for all of them.",
+            argument="devices",
+            value=devices,
+        )
     return list(range(value))
 
 
