@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import atexit
 import gc
+import inspect
 import os
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -12,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from fabric_core.errors import ArgumentTypeError, InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
 from fabric_core.strategies import _collectives, _exit
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -28,7 +30,7 @@ START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
 _DIST_AVAILABLE: Final = dist.is_available()
 
-__all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout"]
+__all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 
 T = TypeVar("T")
 
@@ -64,6 +66,45 @@ def as_timeout(timeout: Any, owner: str) -> timedelta:
             value=timeout,
         )
     return timeout if isinstance(timeout, timedelta) else timedelta(seconds=seconds)
+
+
+def check_forwarded_options(
+    strategy: type, options: Mapping[str, Any], target: Callable[..., Any], *, reserved: Iterable[str] = ()
+) -> None:
+    """Refuse keyword arguments that a strategy's ``**kwargs`` would hand to ``target`` but it does not take.
+
+    Checked when the strategy is built (at ``Fabric(...)``), not when ``target`` is called at ``setup``.
+
+    Args:
+        strategy: The strategy class, whose own parameters are listed as accepted too.
+        options: The keyword arguments its ``**kwargs`` collected.
+        target: What receives them (``DistributedDataParallel``, ``fully_shard``, ...).
+        reserved: Parameters of ``target`` the strategy sets itself.
+
+    Raises:
+        UnknownOptionError: An option neither the strategy nor ``target`` takes (a ``TypeError`` too).
+    """
+    from fabric_core.wrappers import accepted_keywords
+
+    forwarded = accepted_keywords(target)
+    if forwarded is None:  # the target takes anything
+        return
+    forwarded = forwarded - {"module", *reserved}
+    unknown = sorted(set(options) - forwarded)
+    if unknown:
+        own = {
+            p.name
+            for p in inspect.signature(strategy).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+        name = getattr(target, "__qualname__", repr(target))
+        raise UnknownOptionError(
+            f"{strategy.__name__}({unknown[0]}={options[unknown[0]]!r})",
+            unknown[0],
+            own | forwarded,
+            owner=f"{strategy.__name__} (or `{name}`, which receives its other keyword arguments)",
+            value=options[unknown[0]],
+        )
 
 
 class ParallelStrategy(Strategy):
