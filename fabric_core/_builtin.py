@@ -100,7 +100,7 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
     if requested != "auto":
         return requested
     by_priority: dict[int, list[Entry]] = {}
-    for entry in context.catalog.entries("accelerator"):
+    for entry in context.catalog.selectable("accelerator"):  # a shadowed name is the built-in's
         by_priority.setdefault(entry.priority, []).append(entry)
     for priority in sorted(by_priority, reverse=True):
         available = sorted(e.qualified_name for e in by_priority[priority] if e.is_available())

@@ -15,16 +15,33 @@ from typing import Any, Final
 __all__ = ["log_event"]
 
 _LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_FORMATS: Final = ("console", "json")
 _logger: Any = None
 _configured_for: tuple[str, str] | None = None
+_told: set[tuple[str, str]] = set()
+
+
+def _tell_once(variable: str, value: str, what: str, choices: Any, then: str) -> None:
+    """One line on stderr per bad value and process: the switch is ignored, but never silently."""
+    if (variable, value) in _told:
+        return
+    _told.add((variable, value))
+    sys.stderr.write(f"fabric-core: {variable}={value!r} is not a {what}; use one of {', '.join(choices)} ({then}).\n")
 
 
 def _get_logger() -> Any:
     global _logger, _configured_for
-    level_name = os.environ.get("FABRIC_CORE_LOG", "").strip().lower()
-    fmt = os.environ.get("FABRIC_CORE_LOG_FORMAT", "console").strip().lower()
+    raw_level = os.environ.get("FABRIC_CORE_LOG", "")
+    level_name = raw_level.strip().lower()
+    raw_fmt = os.environ.get("FABRIC_CORE_LOG_FORMAT", "console")
+    fmt = raw_fmt.strip().lower()
     if level_name not in _LEVELS:
+        if level_name:  # set but blank means off, like unset
+            _tell_once("FABRIC_CORE_LOG", raw_level, "log level", _LEVELS, "logging stays off")
         return None
+    if fmt not in _FORMATS:
+        _tell_once("FABRIC_CORE_LOG_FORMAT", raw_fmt, "log format", _FORMATS, "using console")
+        fmt = "console"
     if _configured_for != (level_name, fmt):
         import structlog
 

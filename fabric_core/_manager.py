@@ -5,9 +5,12 @@ Nothing outside this module touches pluggy: the rest of fabric-core calls :class
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -26,6 +29,7 @@ from fabric_core.errors import (
     PluginImportError,
     PluginLoadError,
     PluginWarning,
+    describe_failure,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +58,8 @@ class PluginRecord:
     """What happened to one plugin.
 
     Attributes:
-        name: The entry-point name (the plugin's short name).
+        name: The entry-point name (the plugin's short name), or the distribution's name when another
+            distribution declares the same entry-point name.
         status: ``loaded``, ``failed``, ``blocked``, ``incompatible`` or ``conflict``.
         distribution: The distribution that declares it (``None`` for objects registered in code).
         version: That distribution's version.
@@ -108,6 +113,49 @@ def _env_names(environ: Mapping[str, str], name: str) -> frozenset[str] | None:
     return frozenset(n.strip().lower() for n in raw.replace(";", ",").split(",") if n.strip())
 
 
+def _env_allow_list(environ: Mapping[str, str]) -> frozenset[str] | None:
+    """Read ``FABRIC_CORE_PLUGINS``; a blank value counts as unset.
+
+    ``FABRIC_CORE_PLUGINS=$LIST`` with an empty ``$LIST`` is how a blank value usually arrives: reading it
+    as "allow nothing" silently drops every plugin, and "no plugins" has its own switch.
+    """
+    names = _env_names(environ, "FABRIC_CORE_PLUGINS")
+    if names is not None and not names:
+        warnings.warn(
+            f"FABRIC_CORE_PLUGINS={environ['FABRIC_CORE_PLUGINS']!r} is empty and is ignored: every installed "
+            "plugin may load. To load none, set FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD=1.",
+            PluginWarning,
+            stacklevel=4,
+        )
+        return None
+    return names
+
+
+def dist_key(name: str) -> str:
+    """A distribution name in its normalized form (PEP 503): ``Fabric_Core.DDP`` -> ``fabric-core-ddp``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _with_dist_keys(names: frozenset[str]) -> frozenset[str]:
+    """Switch names as written plus their normalized forms, so ``my_dist`` also matches ``my-dist``."""
+    return names | {dist_key(n) for n in names}
+
+
+def _closest_hook(name: str) -> str:
+    known = [n for n in dir(hookspecs) if n.startswith("fabric_core_")]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f" (valid hooks: {', '.join(sorted(known))})"
+
+
+def _short_repr(value: object, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _expected_answer(value: object) -> bool:
+    return value is None or isinstance(value, Spec) or (isinstance(value, str) and bool(value.strip()))
+
+
 class PluginManager:
     """Discovers plugins once, loads each in isolation, and answers the hooks through typed methods.
 
@@ -140,9 +188,7 @@ class PluginManager:
         self.autoload: Final = (
             autoload if autoload is not None else not env_flag(env, "FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD", False)
         )
-        self.allow: Final = (
-            frozenset(a.lower() for a in allow) if allow is not None else _env_names(env, "FABRIC_CORE_PLUGINS")
-        )
+        self.allow: Final = frozenset(a.lower() for a in allow) if allow is not None else _env_allow_list(env)
         blocked = (
             frozenset(b.lower() for b in block) if block is not None else _env_names(env, "FABRIC_CORE_BLOCK_PLUGINS")
         )
@@ -154,6 +200,8 @@ class PluginManager:
         self._pm.add_hookspecs(hookspecs)
         self._records: dict[str, PluginRecord] = {}
         self._conflicts: list[PluginRecord] = []
+        self._aliases: dict[str, list[str]] = {}  # other names of a plugin: its distribution, a shared name
+        self._seen: set[str] = set()  # every name a switch may use for an installed plugin
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()
 
@@ -182,24 +230,57 @@ class PluginManager:
             module = getattr(obj, "__name__", type(obj).__name__)
             self._consider(name.lower(), _constant(obj), PluginRecord(name.lower(), "loaded", module=module))
         if self.autoload:
-            for ep in metadata.entry_points(group=self.group):
-                self._consider_entry_point(ep)
+            eps = list(metadata.entry_points(group=self.group))
+            counts = Counter(ep.name.lower() for ep in eps)
+            for ep in eps:
+                self._consider_entry_point(ep, shared=counts[ep.name.lower()] > 1)
+            for name, count in counts.items():
+                if count > 1 and name not in self._records:
+                    self._warn_shared(name)
         if self.allow is not None:
-            for missing in sorted(self.allow - set(self._records)):
+            known = self._seen | set(self._records)
+            for missing in sorted(a for a in self.allow if a not in known and dist_key(a) not in known):
                 self._problem(PluginRecord(missing, "blocked", reason="named in FABRIC_CORE_PLUGINS but not installed"))
 
-    def _consider_entry_point(self, ep: metadata.EntryPoint) -> None:
+    def _consider_entry_point(self, ep: metadata.EntryPoint, shared: bool) -> None:
+        """Consider one entry point; ``shared``: another distribution declares the same name.
+
+        A shared name cannot tell the two apart, so each of them is registered under its distribution's
+        name (``"fabric-core-ddp"``) and the shared name becomes an alias of both.
+        """
         from fabric_core._metadata import core_requirement_problem
 
         dist = ep.dist
+        distribution = dist.metadata["Name"] if dist is not None else None
+        name = ep.name.lower()
+        key = (dist_key(distribution) if distribution else ep.value) if shared and name != BUILTIN else name
+        names = {name, key} | ({dist_key(distribution)} if distribution else set())
+        self._seen |= names
+        for alias in names - {key}:
+            self._aliases.setdefault(alias, []).append(key)
         record = PluginRecord(
-            ep.name.lower(),
+            key,
             "loaded",
-            distribution=dist.metadata["Name"] if dist is not None else None,
+            distribution=distribution,
             version=dist.version if dist is not None else None,
             module=ep.value,
         )
-        self._consider(record.name, ep.load, record, check=lambda: core_requirement_problem(dist))
+        self._consider(key, ep.load, record, check=lambda: core_requirement_problem(dist), names=names)
+
+    def _warn_shared(self, name: str) -> None:
+        keys = sorted(k for k in self._aliases.get(name, []) if k in self._records)
+        if sum(self._records[k].status == "loaded" for k in keys) < 2:
+            return  # at most one of them loads (the others are blocked or failed): nothing to tell apart
+        dists = sorted(self._records[k].distribution or k for k in keys)
+        log_event("plugin_name_shared", level="warning", plugin=name, distributions=dists)
+        warnings.warn(
+            f"fabric-core plugin name {name!r} is declared by more than one distribution: {', '.join(dists)}. "
+            f"Each is known by its distribution's name instead: select a component as "
+            f"{' or '.join(repr(k + ':NAME') for k in keys)}, and block one with "
+            "FABRIC_CORE_BLOCK_PLUGINS=<distribution>.",
+            PluginWarning,
+            stacklevel=4,
+        )
 
     def _consider(
         self,
@@ -207,7 +288,9 @@ class PluginManager:
         load: Callable[[], object],
         record: PluginRecord,
         check: Callable[[], str | None] | None = None,
+        names: Iterable[str] = (),
     ) -> None:
+        switch_names = {name, *names}
         if name in self._records:
             first = self._records[name]
             reason = (
@@ -216,11 +299,12 @@ class PluginManager:
             )
             self._problem(self._with(record, "conflict", reason))
             return
-        if name in self.block:  # `builtin` is registered first, so it is never blocked: it is a conflict above
+        # `builtin` is registered first, so it is never blocked: it is a conflict above
+        if switch_names & _with_dist_keys(self.block):
             self._records[name] = self._with(record, "blocked", "blocked by FABRIC_CORE_BLOCK_PLUGINS")
             log_event("plugin_blocked", plugin=name, reason="blocked")
             return
-        if self.allow is not None and name not in self.allow:
+        if self.allow is not None and not switch_names & _with_dist_keys(self.allow):
             self._records[name] = self._with(record, "blocked", "not listed in FABRIC_CORE_PLUGINS")
             log_event("plugin_blocked", plugin=name, reason="not allowed")
             return
@@ -230,8 +314,10 @@ class PluginManager:
             return
         try:
             obj = load()
-        except Exception as exc:
-            self._problem(self._with(record, "failed", f"import failed: {exc!r}"), PluginImportError)
+        except KeyboardInterrupt:  # the user stopping the program, not the plugin failing
+            raise
+        except BaseException as exc:  # SystemExit too: a plugin must not end the user's program
+            self._problem(self._with(record, "failed", describe_failure(exc, "at import")), PluginImportError)
             return
         self._register(name, obj, record)
 
@@ -240,6 +326,26 @@ class PluginManager:
             self._pm.register(obj, name=name)
         except Exception as exc:
             self._problem(self._with(record, "failed", f"invalid plugin: {exc}"))
+            return
+        # pluggy accepts an implementation of a hook no spec declares (a typo registers nothing): check
+        # this plugin's hooks only, so that one plugin's typo does not fail the others.
+        unknown = sorted(
+            c.name
+            for c in self._pm.get_hookcallers(obj) or ()
+            if not c.has_spec() and any(i.plugin is obj and not i.optionalhook for i in c.get_hookimpls())
+        )  # `optionalhook=True` declares a hook that may not exist (a newer core's), as pluggy reads it
+        # The facade calls implementations one by one: a wrapper would hand back a generator, not an answer.
+        wrappers = sorted(
+            c.name
+            for c in self._pm.get_hookcallers(obj) or ()
+            if any(i.plugin is obj and (i.wrapper or i.hookwrapper) for i in c.get_hookimpls())
+        )
+        if unknown or wrappers:
+            self._pm.unregister(obj, name=name)
+            reasons = [f"unknown hook {u}{_closest_hook(u)}" for u in unknown]
+            reasons += [f"{w} is a hook wrapper; fabric-core hooks take plain implementations" for w in wrappers]
+            reason = "; ".join(reasons)
+            self._problem(self._with(record, "failed", reason))
             return
         self._records[name] = record
         log_event("plugin_loaded", plugin=name, distribution=record.distribution, version=record.version)
@@ -276,14 +382,21 @@ class PluginManager:
                 registry = Registry(kind, impl.plugin_name)
                 try:
                     impl.function(registry)
-                except Exception as exc:
-                    self._fail_loaded(impl.plugin_name, f"{hook_name} raised {exc!r}")
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    self._fail_loaded(impl.plugin_name, describe_failure(exc, hook_name))
                     entries = [e for e in entries if e.plugin != impl.plugin_name]
                     overrides = [o for o in overrides if o[2] != impl.plugin_name]
                     continue
                 entries.extend(registry.entries)
                 overrides.extend((kind, name, impl.plugin_name) for name in registry.overrides)
-        catalog = Catalog(entries, overrides)
+        catalog = Catalog(
+            entries,
+            overrides,
+            plugin_aliases={a: tuple(k) for a, k in self._aliases.items()},
+            unavailable=self._unavailable(),
+        )
         for entry in catalog.shadowed:
             if entry.plugin != BUILTIN:
                 warnings.warn(
@@ -295,6 +408,20 @@ class PluginManager:
                 )
         log_event("catalog_built", entries=len(catalog), plugins=sorted(self._records))
         return catalog
+
+    def _unavailable(self) -> dict[str, str]:
+        """Why each installed plugin that is not loaded is not, keyed by plugin and distribution name."""
+        why: dict[str, str] = {}
+        for r in [*self._records.values(), *self._conflicts]:
+            if r.status == "loaded" or not (r.distribution or r.module):
+                continue  # loaded, or named in an allow-list but not installed at all
+            state = r.reason if r.status == "blocked" else f"{r.status} ({r.reason})"
+            where = f" ({r.distribution})" if r.distribution and dist_key(r.distribution) != r.name else ""
+            text = f"The plugin {r.name!r}{where} is installed but {state}."
+            why.setdefault(r.name, text)
+            if r.distribution:
+                why.setdefault(dist_key(r.distribution), text)
+        return why
 
     def _fail_loaded(self, name: str, reason: str) -> None:
         """Turn a loaded plugin into a failed one: unregister it so none of its hooks run again."""
@@ -319,8 +446,18 @@ class PluginManager:
                 result = impl.function(*(kwargs[a] for a in impl.argnames))
             except FabricCoreError:
                 raise
-            except Exception as exc:
-                self._fail_loaded(impl.plugin_name, f"{hook_name} raised {exc!r}")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                self._fail_loaded(impl.plugin_name, describe_failure(exc, hook_name))
+                continue
+            if not _expected_answer(result):
+                # Checked here, at the facade: past this point the core may rely on a name or a Spec.
+                self._fail_loaded(
+                    impl.plugin_name,
+                    f"{hook_name} returned {_short_repr(result)} ({type(result).__name__}); expected a "
+                    "component name (str), a spec(...) or None",
+                )
                 continue
             if result is not None:
                 return result, impl.plugin_name
@@ -349,8 +486,10 @@ class PluginManager:
                 impl.function(context)
             except FabricCoreError:
                 raise
-            except Exception as exc:
-                self._fail_loaded(impl.plugin_name, f"fabric_core_validate_selection raised {exc!r}")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                self._fail_loaded(impl.plugin_name, describe_failure(exc, "fabric_core_validate_selection"))
 
 
 def _constant(obj: object) -> Callable[[], object]:

@@ -20,6 +20,7 @@ from fabric_core.errors import (
     PluginImportError,
     UnknownNameError,
     UnknownOptionError,
+    describe_failure,
 )
 
 __all__ = ["KINDS", "Catalog", "Entry", "Registry", "Spec", "spec"]
@@ -128,9 +129,12 @@ class Entry:
             )
         try:
             loaded = import_target(self.target)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a target module that calls sys.exit() must not end the program
+            why = f"{exc!r}" if not isinstance(exc, SystemExit) else describe_failure(exc, "at import")
             raise PluginImportError(
-                self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {exc!r}"
+                self.plugin, f"the {self.kind} {self.name!r} failed to import {self.target!r}: {why}"
             ) from exc
         # Entries live as long as their catalog (one per manager): a warm Fabric(...) imports nothing.
         object.__setattr__(self, "_loaded", loaded)
@@ -165,7 +169,9 @@ class Entry:
             if self._probe_fn is None:
                 object.__setattr__(self, "_probe_fn", import_target(self.probe))
             return bool(self._probe_fn())
-        except Exception:
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # sys.exit() in a probe too: a probe never ends the program
             return False
 
 
@@ -249,13 +255,26 @@ class Catalog:
     in :attr:`shadowed`. A name registered by two plugins is ambiguous: looking it up raises.
     """
 
-    def __init__(self, entries: Iterable[Entry], overrides: Iterable[tuple[str, str, str]] = ()) -> None:
+    def __init__(
+        self,
+        entries: Iterable[Entry],
+        overrides: Iterable[tuple[str, str, str]] = (),
+        *,
+        plugin_aliases: Mapping[str, tuple[str, ...]] | None = None,
+        unavailable: Mapping[str, str] | None = None,
+    ) -> None:
         """Build the catalog.
 
         Args:
             entries: All entries, in registration order.
             overrides: ``(kind, name, plugin)`` triples: that plugin's entry replaces the built-in one.
+            plugin_aliases: Other names of plugins in qualified names: ``{"fabric-core-ddp": ("ddp",)}``
+                (a distribution's name), or one name two plugins share (then it selects neither alone).
+            unavailable: Why installed plugins are not loaded, by plugin and distribution name; an unknown
+                name that one of them would provide says so instead of suggesting an install.
         """
+        self._plugin_aliases: Final = MappingProxyType(dict(plugin_aliases or {}))
+        self.unavailable: Final[Mapping[str, str]] = MappingProxyType(dict(unavailable or {}))
         self._entries: tuple[Entry, ...] = tuple(entries)
         overriding = set(overrides)
         self._qualified: dict[tuple[str, str, str], Entry] = {}
@@ -290,6 +309,11 @@ class Catalog:
         """Every entry of one kind (all kinds if ``None``), in registration order."""
         return [e for e in self._entries if kind is None or e.kind == kind]
 
+    def selectable(self, kind: str) -> list[Entry]:
+        """Entries an unqualified name can select: all of ``kind`` but the shadowed ones (for "auto")."""
+        shadowed = {id(e) for e in self.shadowed}
+        return [e for e in self.entries(kind) if id(e) not in shadowed]
+
     def names(self, kind: str) -> list[str]:
         """Every unqualified name and alias of ``kind`` that :meth:`get` accepts, sorted."""
         return sorted(n for k, n in self._index if k == kind)
@@ -299,7 +323,11 @@ class Catalog:
         key = name.strip().lower()
         plugin, sep, short = key.rpartition(":")
         if sep:
-            return self._qualified.get((kind, plugin, short))
+            plugins = dict.fromkeys((plugin, *self._plugin_aliases.get(plugin, ())))
+            found = [e for p in plugins if (e := self._qualified.get((kind, p, short))) is not None]
+            if len(found) > 1:
+                raise AmbiguousNameError(kind, short, [e.plugin for e in found])
+            return found[0] if found else None
         candidates = self._index.get((kind, short), ())
         if len(candidates) > 1:
             raise AmbiguousNameError(kind, short, [e.plugin for e in candidates])
@@ -319,7 +347,7 @@ class Catalog:
         """
         entry = self.find(kind, name)
         if entry is None:
-            raise UnknownNameError(kind, name, self.names(kind), argument=argument)
+            raise UnknownNameError(kind, name, self.names(kind), argument=argument, unavailable=self.unavailable)
         return entry
 
     def by_class_name(self, class_name: str) -> list[Entry]:

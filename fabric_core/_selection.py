@@ -197,7 +197,9 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
                 slot = ("precision", item)
             else:
                 choices = catalog.names("environment") + catalog.names("precision")
-                raise UnknownNameError("plugin", name, choices, argument="Fabric(plugins=...)")
+                raise UnknownNameError(
+                    "plugin", name, choices, argument="Fabric(plugins=...)", unavailable=catalog.unavailable
+                )
         elif isinstance(item, Precision):
             slot = ("precision", item)
         elif isinstance(item, CheckpointIO):
@@ -242,7 +244,7 @@ def _select_accelerator(
     entry = ctx.catalog.get("accelerator", name, argument="Fabric(accelerator=...)")
     cls = entry.load()
     if not (entry.is_available() if entry.probe else cls.is_available()):
-        available = [e.name for e in ctx.catalog.entries("accelerator") if e.is_available()]
+        available = [e.name for e in ctx.catalog.selectable("accelerator") if e.is_available()]
         raise InvalidConfigError(
             f"`{cls.__name__}` can not run on your system since the accelerator is not available. The "
             f"following accelerator(s) are available and can be passed as `Fabric(accelerator=...)`: "
@@ -289,7 +291,7 @@ def _select_environment(
     elif explicit is not None:
         choice, name, reason = _Choice(instance=explicit), type(explicit).__name__, "instance passed in plugins="
     else:
-        candidates = sorted(ctx.catalog.entries("environment"), key=lambda e: -e.priority)
+        candidates = sorted(ctx.catalog.selectable("environment"), key=lambda e: -e.priority)
         entry = next((e for e in candidates if e.is_available()), None)
         if entry is None:
             raise InvalidConfigError("No cluster environment is registered; is the built-in plugin blocked?")
@@ -352,7 +354,9 @@ def _select_precision(
     entry = ctx.catalog.find("precision", name)
     if entry is None:
         choices = ctx.catalog.names("precision") + list(PRECISION_ALIASES)
-        raise UnknownNameError("precision", name, choices, argument="Fabric(precision=...)")
+        raise UnknownNameError(
+            "precision", name, choices, argument="Fabric(precision=...)", unavailable=ctx.catalog.unavailable
+        )
     factory = entry.load()
     if "device" not in options and _accepts(factory, "device"):
         options["device"] = ctx.device_type

@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fabric_core._manager import PluginManager, get_manager
@@ -87,14 +88,15 @@ def _list_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
 def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
     from fabric_core._selection import select
 
-    selection = select(
-        manager,
-        accelerator=args.accelerator,
-        strategy=args.strategy,
-        devices=args.devices,
-        num_nodes=args.num_nodes,
-        precision=args.precision,
-    )
+    with _plugin_output_to_stderr():  # selection hooks run plugin code too
+        selection = select(
+            manager,
+            accelerator=args.accelerator,
+            strategy=args.strategy,
+            devices=args.devices,
+            num_nodes=args.num_nodes,
+            precision=args.precision,
+        )
     rows = [[d.step, d.value, d.reason, d.plugin or "-", d.hook or "-", d.target or "-"] for d in selection.decisions]
     print(_table(rows, ["STEP", "CHOICE", "WHY", "PLUGIN", "HOOK", "BUILDS"]))
     ctx = selection.context
@@ -155,13 +157,40 @@ def _consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _plugin_output_to_stderr() -> Iterator[None]:
+    """Send what plugins print while they load to stderr, so that stdout holds only this command's output.
+
+    Done by the command line, which owns the process, and not by the library: redirecting stdout there
+    would also catch the user's other threads. File descriptor 1 is redirected as well as ``sys.stdout``,
+    so output from extension modules and child processes goes the same way.
+    """
+    sys.stdout.flush()
+    try:
+        saved: int | None = os.dup(1)
+    except OSError:  # no file descriptor 1 (closed): redirect Python's writes only
+        saved = None
+    try:
+        if saved is not None:
+            os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fabric-core`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    manager = get_manager()
     try:
+        manager = get_manager()  # reads the switches: a bad value is one line, not a traceback
         if args.command == "list-plugins":
+            with _plugin_output_to_stderr():
+                manager.catalog  # noqa: B018 - discovery, imports and registration hooks
             return _list_plugins(args, manager)
         if args.command == "explain":
             return _explain(args, manager)

@@ -7,13 +7,15 @@ what is close, and the next command to run.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import errno
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
     "AmbiguousNameError",
     "ArgumentTypeError",
     "CheckpointError",
+    "CheckpointSpaceError",
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
@@ -28,6 +30,7 @@ __all__ = [
     "PossibleUserWarning",
     "UnknownNameError",
     "UnknownOptionError",
+    "describe_failure",
     "install_hint",
 ]
 
@@ -83,6 +86,22 @@ def close_matches(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name.lower(), sorted(set(choices)), n=n, cutoff=0.6)
 
 
+def describe_failure(exc: BaseException, where: str) -> str:
+    """Say what plugin code did: ``called sys.exit(3) at import``, ``fabric_core_select_strategy raised ...``.
+
+    Plugin code runs isolated from every ``BaseException`` but ``KeyboardInterrupt``: ``SystemExit`` from a
+    plugin is a bug in the plugin, not the user's program asking to stop.
+
+    Args:
+        exc: What escaped the plugin's code.
+        where: ``"at import"`` for an import, else what was called (a hook's name, ``"the probe ..."``).
+    """
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        return f"called sys.exit({code}) at import" if where == "at import" else f"{where} called sys.exit({code})"
+    return f"import failed: {exc!r}" if where == "at import" else f"{where} raised {exc!r}"
+
+
 class FabricCoreError(Exception):
     """Base class of every error raised by fabric-core."""
 
@@ -111,7 +130,15 @@ class UnknownNameError(FabricCoreError, ValueError):
         hint: The next command to run, if there is one.
     """
 
-    def __init__(self, kind: str, name: str, choices: Iterable[str], *, argument: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        choices: Iterable[str],
+        *,
+        argument: str | None = None,
+        unavailable: Mapping[str, str] | None = None,
+    ) -> None:
         self.kind = kind
         self.name = name
         self.argument = argument or f"Fabric({kind}=...)"
@@ -129,7 +156,13 @@ class UnknownNameError(FabricCoreError, ValueError):
         if self.suggestions:
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Valid choices: {', '.join(self.choices) or '(none)'}.")
-        if self.hint:
+        # The plugin that would provide it may be installed but blocked or broken: say that, not "install".
+        why = unavailable or {}
+        installed = why.get(self.hint.removeprefix("pip install ")) if self.hint else why.get(name.strip().lower())
+        if installed:
+            self.hint = None
+            lines.append(installed)
+        elif self.hint:
             lines.append(f"To get it: `{self.hint}`.")
         else:
             lines.append("Run `fabric-core list-plugins` to see every installed plugin.")
@@ -239,10 +272,34 @@ class CheckpointError(FabricCoreError):
     Attributes:
         path: The checkpoint's path.
         reason: ``"corrupt"`` (truncated, or not a checkpoint at all) or ``"unsafe"`` (it holds Python
-            objects that loading with ``weights_only=True`` refused).
+            objects that loading with ``weights_only=True`` refused), or ``"no_space"``
+            (:class:`CheckpointSpaceError`).
     """
 
     def __init__(self, message: str, *, path: str | None = None, reason: str | None = None) -> None:
         self.path = path
         self.reason = reason
         super().__init__(message)
+
+
+class CheckpointSpaceError(CheckpointError, OSError, RuntimeError):
+    """The device ran out of space while a checkpoint was written; the previous checkpoint is unchanged.
+
+    Also an ``OSError`` with ``errno`` ``ENOSPC`` (what the failed write raised), and a ``RuntimeError``
+    (what ``torch.save`` raises for it), so that either ``except`` keeps catching it.
+
+    Attributes:
+        needed: About how many bytes the checkpoint takes (its tensors' bytes).
+        free: The bytes free for this user on the device after the partial file was removed.
+    """
+
+    def __init__(self, message: str, *, path: str, needed: int, free: int | None) -> None:
+        super().__init__(message, path=path, reason="no_space")
+        self.errno = errno.ENOSPC
+        self.strerror = message
+        self.needed = needed
+        self.free = free
+
+    def __str__(self) -> str:
+        # OSError's own form would be "[Errno 28] <message>"; the message already says it.
+        return str(self.args[0])

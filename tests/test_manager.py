@@ -124,15 +124,18 @@ def test_plugin_whose_registration_hook_raises_loses_all_its_entries(tmp_path: P
         assert catalog.find("strategy", "fine") is not None
 
 
-def test_two_distributions_with_one_entry_point_name_conflict(tmp_path: Path) -> None:
+def test_two_distributions_with_one_entry_point_name_both_load_under_their_distribution_names(
+    tmp_path: Path,
+) -> None:
     with installed(tmp_path, ("dist-one", "same", accel_plugin("one")), ("dist-two", "same", accel_plugin("two"))):
-        with pytest.warns(PluginWarning, match="already taken"):
+        with pytest.warns(PluginWarning, match="'same' is declared by more than one distribution: dist-one, dist-two"):
             m = manager()
             records = m.records
-        assert [r.status for r in records if r.name == "same"] == ["loaded", "conflict"]
-        conflict = next(r for r in records if r.status == "conflict")
-        assert conflict.distribution in ("dist-one", "dist-two")
-        assert m.catalog.find("accelerator", "one") is not None or m.catalog.find("accelerator", "two") is not None
+        assert statuses(m) == {"builtin": "loaded", "dist-one": "loaded", "dist-two": "loaded"}
+        assert {r.distribution for r in records} == {None, "dist-one", "dist-two"}
+        assert m.catalog.get("accelerator", "one").plugin == "dist-one"
+        assert m.catalog.get("accelerator", "same:two").plugin == "dist-two"  # the shared name, where unique
+        assert statuses(manager(environ={"FABRIC_CORE_BLOCK_PLUGINS": "dist_two"}))["dist-two"] == "blocked"
 
 
 def test_two_providers_of_one_name_are_ambiguous_until_qualified(tmp_path: Path) -> None:

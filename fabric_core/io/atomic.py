@@ -1,28 +1,43 @@
 """Replace a file all at once: readers see the old content or the new, never a half-written file.
 
-The one implementation of atomic single-file writes; checkpoint I/O, loggers and strategy plugins that write
-one file reuse it.
+The one implementation of atomic writes: single files (:func:`atomic_write`) and whole folders
+(:func:`replace_path`, for sharded checkpoints); checkpoint I/O, loggers and strategy plugins reuse it.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import errno
 import os
 import queue
 import re
 import secrets
+import shutil
 import socket
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol, TypeVar
 
-__all__ = ["atomic_write", "remove_stale_temps", "temp_path_for", "wait_for_removals"]
+__all__ = [
+    "atomic_write",
+    "committed_path",
+    "remove_stale_temps",
+    "replace_path",
+    "temp_path_for",
+    "wait_for_removals",
+    "write_folder_collectively",
+]
 
 PathLike = str | os.PathLike[str]
+_T = TypeVar("_T")
 
 TEMP_SUFFIX: Final = ".tmp"
+#: The name a replaced path has for a moment where the filesystem cannot swap two names in one step.
+OLD_SUFFIX: Final = ".old"
 # Keeps the temp file's name under the 255-byte limit of common filesystems whatever the target's name.
 _MAX_NAME_IN_TEMP: Final = 100
 
@@ -36,15 +51,16 @@ def _temp_prefix(target: Path) -> str:
     return f".{target.name[:_MAX_NAME_IN_TEMP]}."
 
 
-def temp_path_for(target: PathLike) -> Path:
+def temp_path_for(target: PathLike, suffix: str = TEMP_SUFFIX) -> Path:
     """Return a fresh temp path next to ``target``: ``.<name>.<host>-<pid>-<random>.tmp``.
 
     The leading dot hides it from ``ls`` and from globs such as ``*.ckpt``; host and pid let a later save
-    tell a temp left by a killed writer from one a live writer is still filling.
+    tell a temp left by a killed writer from one a live writer is still filling. The same name serves for
+    a temp file and for a temp folder (a sharded checkpoint being written).
     """
     target = Path(target)
     field = f"{_host_tag()}-{os.getpid()}-{secrets.token_hex(6)}"
-    return target.parent / f"{_temp_prefix(target)}{field}{TEMP_SUFFIX}"
+    return target.parent / f"{_temp_prefix(target)}{field}{suffix}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -60,38 +76,159 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(target: PathLike) -> list[Path]:
-    """Delete temp files that writers of ``target`` on this host left when they were killed.
+def _leftovers(target: Path) -> list[tuple[os.DirEntry[str], str, str, int]]:
+    """The temp and old names of ``target`` in its folder, as (entry, suffix, host, pid)."""
+    prefix = _temp_prefix(target)
+    found: list[tuple[os.DirEntry[str], str, str, int]] = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return found
+    for entry in entries:
+        name = entry.name
+        suffix = next((s for s in (TEMP_SUFFIX, OLD_SUFFIX) if name.endswith(s)), None)
+        if suffix is None or not name.startswith(prefix):
+            continue
+        # The name is split from the right: "<target name>.<host>-<pid>-<random>"; a different target whose
+        # name starts with this one's (``a`` and ``a.b``) leaves extra text in the host field, never a match.
+        fields = name[len(prefix) : -len(suffix)].split("-")
+        if len(fields) != 3 or not fields[1].isdigit() or re.fullmatch(r"[0-9a-f]{12}", fields[2]) is None:
+            continue
+        found.append((entry, suffix, fields[0], int(fields[1])))
+    return found
 
-    Only temps whose writer process no longer exists are removed, so a concurrent writer is never disturbed;
-    temps from other hosts (shared filesystems) are left alone.
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def remove_stale_temps(target: PathLike) -> list[Path]:
+    """Clean up what writers of ``target`` on this host left when they were killed.
+
+    Temp files and temp folders (``.tmp``) and replaced paths (``.old``) whose writer process no longer
+    exists are removed, so a concurrent writer is never disturbed; names from other hosts (shared
+    filesystems) are left alone, as are those of other paths. One exception: if ``target`` itself is
+    missing because its writer was killed between the two renames of :func:`replace_path`'s fallback, the
+    newest such ``.old`` is the committed checkpoint and is renamed back to ``target`` instead.
 
     Args:
-        target: The file whose leftover temps to remove.
+        target: The path whose leftovers to remove.
 
     Returns:
         The paths removed.
     """
     target = Path(target)
-    prefix, host = _temp_prefix(target), _host_tag()
-    removed: list[Path] = []
-    try:
-        entries = list(os.scandir(target.parent))
-    except OSError:
-        return removed
-    for entry in entries:
-        name = entry.name
-        if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
-            continue
-        fields = name[len(prefix) : -len(TEMP_SUFFIX)].split("-")
-        if len(fields) != 3 or fields[0] != host or not fields[1].isdigit():
-            continue
-        if _pid_alive(int(fields[1])):
-            continue
+    host = _host_tag()
+    stale = [(e, suffix) for e, suffix, owner, pid in _leftovers(target) if owner == host and not _pid_alive(pid)]
+    olds = sorted((e for e, suffix in stale if suffix == OLD_SUFFIX), key=_changed, reverse=True)
+    if olds and not os.path.lexists(target):
         with contextlib.suppress(OSError):
-            os.unlink(entry.path)
+            os.rename(olds[0].path, target)
+    removed: list[Path] = []
+    for entry, _ in stale:
+        if os.path.lexists(entry.path):
+            _remove(entry.path)
             removed.append(Path(entry.path))
     return removed
+
+
+def _changed(entry: os.DirEntry[str]) -> int:
+    # A rename updates the renamed inode's change time: the newest ``.old`` was the latest committed one.
+    try:
+        return entry.stat(follow_symlinks=False).st_ctime_ns
+    except OSError:
+        return -1
+
+
+def committed_path(target: PathLike) -> Path:
+    """Where the committed checkpoint of ``target`` is: ``target``, or, for a moment, its ``.old`` name.
+
+    Where :func:`replace_path` cannot swap two names in one step, it renames the previous checkpoint to an
+    ``.old`` name and then the new one onto ``target``; between the two (or after a kill there, until the
+    next save puts it back) ``target`` is missing, and a reader finds the previous checkpoint here.
+
+    Args:
+        target: The checkpoint path to read.
+
+    Returns:
+        ``target`` if it exists or if no ``.old`` name of it does; else the newest ``.old`` name.
+    """
+    target = Path(target)
+    if os.path.lexists(target):
+        return target
+    olds = sorted((e for e, suffix, _, _ in _leftovers(target) if suffix == OLD_SUFFIX), key=_changed, reverse=True)
+    return Path(olds[0].path) if olds else target
+
+
+_AT_FDCWD: Final = -100
+_RENAME_EXCHANGE: Final = 2
+
+
+def _load_renameat2() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28+, musl 1.2.3+
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2: Any = _load_renameat2()
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap the names ``first`` and ``second`` in one step; ``False`` where this system cannot."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False  # an old kernel, or a filesystem without RENAME_EXCHANGE (some network and FUSE mounts)
+    raise OSError(code, f"cannot swap {os.fspath(first)!r} and {os.fspath(second)!r}: {os.strerror(code)}")
+
+
+def replace_path(new: PathLike, target: PathLike) -> None:
+    """Put ``new`` (a folder or a file) at ``target`` in one step, replacing a folder or file there.
+
+    On Linux the two names are swapped atomically (``renameat2(RENAME_EXCHANGE)``): ``target`` holds the
+    previous checkpoint, then the new one, never nothing. The previous one, now under ``new``'s temp name,
+    is then deleted; a kill during that deletion leaves a temp that the next save of ``target`` removes
+    (see :func:`remove_stale_temps`). Where swapping is not possible (other systems, filesystems without
+    it), the previous path is first renamed to an ``.old`` name next to it; a reader that finds ``target``
+    missing at that moment reads the ``.old`` one (:func:`committed_path`), and a writer killed there
+    leaves it for the next save to rename back.
+
+    Args:
+        new: The complete new folder or file, in the same folder as ``target`` (use :func:`temp_path_for`).
+        target: The path to replace; it need not exist.
+    """
+    new, target = Path(new), Path(target)
+    if os.path.lexists(target) and _exchange(new, target):
+        _fsync_directory(target.parent)
+        _remove(os.fspath(new))
+        return
+    if not os.path.lexists(target):
+        try:
+            os.rename(new, target)  # a missing target: one rename is atomic
+            _fsync_directory(target.parent)
+            return
+        except OSError as err:
+            if not os.path.lexists(target):
+                raise
+            del err  # another writer put something there meanwhile: replace it below
+    old = temp_path_for(target, OLD_SUFFIX)
+    os.rename(target, old)
+    os.rename(new, target)
+    _fsync_directory(target.parent)
+    _remove(os.fspath(old))
 
 
 #: Replaced files at least this large are released by a background thread (see :func:`atomic_write`).
@@ -211,6 +348,9 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
             yield file
             file.flush()
             os.fsync(file.fileno())
+        if target.is_dir() and not target.is_symlink():
+            replace_path(tmp, target)  # a file saved where a sharded checkpoint folder was
+            return
         held = _hold_replaced(target)
         try:
             os.replace(tmp, target)
@@ -226,3 +366,45 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
     _fsync_directory(target.parent)
     if held is not None:
         _remover.submit(held)
+
+
+class _Ranks(Protocol):
+    """What :func:`write_folder_collectively` needs of a strategy."""
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    def broadcast(self, obj: _T, src: int = 0) -> _T: ...
+
+    def barrier(self, name: str | None = None) -> None: ...
+
+
+def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[Path], None], name: str) -> None:
+    """Have every rank write its part of a checkpoint folder, then put the folder at ``target`` in one step.
+
+    Call on every rank. Rank 0 first removes what killed saves of ``target`` left on this host
+    (:func:`remove_stale_temps`), then picks a temp folder name next to ``target`` that every rank receives;
+    ``write(temp)`` runs on every rank; after a barrier rank 0 puts the folder in place
+    (:func:`replace_path`). An interrupted save leaves the previous checkpoint at ``target`` (never a mix,
+    never nothing); a failed one removes its temp folder. The folder must be on a filesystem every rank sees.
+
+    Args:
+        ranks: The strategy (``is_global_zero``, ``broadcast``, ``barrier``).
+        target: The checkpoint folder to create or replace.
+        write: Writes this rank's files into the folder it is given.
+        name: Names the barriers (e.g. the strategy's name), for hang reports.
+    """
+    target = Path(target)
+    if ranks.is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(target)
+    temp = Path(ranks.broadcast(os.fspath(temp_path_for(target)) if ranks.is_global_zero else ""))
+    try:
+        write(temp)
+        ranks.barrier(f"{name}-save")
+        if ranks.is_global_zero:
+            replace_path(temp, target)
+    finally:
+        if ranks.is_global_zero and os.path.lexists(temp):
+            _remove(os.fspath(temp))
+    ranks.barrier(f"{name}-save-done")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import re
@@ -10,13 +11,14 @@ import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import torch
 
-from fabric_core.errors import CheckpointError, InvalidConfigError
-from fabric_core.io.atomic import atomic_write
+from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
+from fabric_core.io.atomic import atomic_write, committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
+from fabric_core.utilities.apply_func import apply_to_collection
 
 __all__ = ["TorchCheckpointIO", "atomic_write"]
 
@@ -30,6 +32,7 @@ _REFUSED: Final = re.compile(r"GLOBAL|allowlist|Can only|must be imported")
 _DAMAGED: Final = re.compile(
     r"PytorchStreamReader|inline_container|hasRecord|zip archive|magic number|corrupt|crc", re.IGNORECASE
 )
+_NO_SPACE: Final = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})  # no EDQUOT on Windows
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -45,20 +48,78 @@ def _local_path(path: PathLike, method: str) -> Path:
     return Path(text)
 
 
-def _checkpoint_format(path: Path) -> str | None:
-    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else."""
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
-                if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
-                    return "zip"
-        except (zipfile.BadZipFile, OSError):
-            pass
-        return None
-    with open(path, "rb") as file:
+def _checkpoint_format(file: BinaryIO) -> str | None:
+    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else.
+
+    Reads the open ``file`` (and leaves it at its start), so that the format is that of the very file the
+    load then reads, whatever happens to its path meanwhile.
+    """
+    try:
+        if zipfile.is_zipfile(file):
+            try:
+                with zipfile.ZipFile(file) as archive:
+                    # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
+                    if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
+                        return "zip"
+            except (zipfile.BadZipFile, OSError):
+                pass
+            return None
+        file.seek(0)
         # Room for the protocol header and a FRAME opcode when a newer pickle protocol was used.
         return "legacy" if _LEGACY_MAGIC in file.read(32) else None
+    finally:
+        file.seek(0)
+
+
+#: Where Linux shows each open descriptor as a name that opens the very file the descriptor holds.
+_FD_FOLDER: Final = Path("/proc/self/fd")
+#: Mapped loads by path (no descriptor folder) retried when the path was replaced meanwhile, before reading.
+_MAPPED_ATTEMPTS: Final = 3
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_size)
+
+
+def _is_opened_file(path: Path, file: BinaryIO) -> bool:
+    try:
+        return _identity(os.stat(path)) == _identity(os.fstat(file.fileno()))
+    except OSError:
+        return False
+
+
+def _load_mapped(path: Path, file: BinaryIO, location: Any, safe: bool) -> dict[str, Any] | None:
+    """Map the file open as ``file`` (its path is ``path``); ``None`` where that cannot be done safely.
+
+    ``torch.load(mmap=True)`` takes only a name, which it opens twice more (the records' index, then the
+    mapping). Through ``/proc/self/fd/N`` both open the file this load opened, even if a save renames
+    another file onto ``path`` meanwhile. Without that folder, the load goes by ``path`` and is kept only if
+    ``path`` named the opened file (same device, inode, mtime and size) both before and after it: an
+    atomic save always puts a new inode at the path, and the one replaced never comes back, so the
+    opens between saw the opened file too. ``None`` sends the caller to read ``file`` instead.
+    """
+    alias = _FD_FOLDER / str(file.fileno())
+    if _FD_FOLDER.is_dir() and os.path.exists(alias):
+        try:
+            mapped: dict[str, Any] = torch.load(alias, map_location=location, weights_only=safe, mmap=True)
+            return mapped
+        except RuntimeError as err:
+            if "mmap" not in str(err):
+                raise
+            return None  # a filesystem that cannot map files (some network mounts)
+    for _ in range(_MAPPED_ATTEMPTS):
+        if not _is_opened_file(path, file):
+            return None
+        try:
+            mapped = torch.load(path, map_location=location, weights_only=safe, mmap=True)
+        except RuntimeError as err:
+            if "mmap" not in str(err) and _is_opened_file(path, file):
+                raise
+            return None
+        if _is_opened_file(path, file):
+            return mapped
+        del mapped
+    return None
 
 
 def _corrupt(path: Path, detail: str) -> CheckpointError:
@@ -81,6 +142,45 @@ def _refused(path: Path, detail: str) -> CheckpointError:
         f"`torch.serialization.add_safe_globals([...])`. Detail: {detail}",
         path=os.fspath(path),
         reason="unsafe",
+    )
+
+
+def _out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (or what it was raised from) is a write that found the device full or over quota."""
+    # torch.save turns the file's OSError into "[enforce fail at inline_container.cc] unexpected pos", with
+    # the OSError as its context.
+    seen: BaseException | None = err
+    for _ in range(8):  # a short chain; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _NO_SPACE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _no_space(target: Path, checkpoint: Any) -> CheckpointSpaceError:
+    storages: dict[tuple[str, int], int] = {}
+
+    def count(tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        storages[(tensor.device.type, storage.data_ptr())] = storage.nbytes()
+
+    apply_to_collection(checkpoint, torch.Tensor, count)
+    needed = sum(storages.values())
+    try:
+        status = os.statvfs(target.parent)
+        free: int | None = status.f_bavail * status.f_frsize
+    except (OSError, AttributeError):  # no statvfs on Windows
+        free = None
+    free_text = "unknown" if free is None else f"{free:,}"
+    return CheckpointSpaceError(
+        f"No space left on device while writing {os.fspath(target)!r} (about {needed:,} bytes needed, "
+        f"{free_text} free). The previous checkpoint there, if any, is unchanged and no partial file was "
+        "left; free some space or save to another device.",
+        path=os.fspath(target),
+        needed=needed,
+        free=free,
     )
 
 
@@ -134,6 +234,8 @@ class TorchCheckpointIO(CheckpointIO):
         Raises:
             TypeError: ``storage_options`` was given.
             InvalidConfigError: ``path`` is a remote URL.
+            CheckpointSpaceError: The device filled up (also an ``OSError`` with ``errno.ENOSPC``); the
+                message says about how many bytes were needed and how many are free.
         """
         if storage_options is not None:
             raise TypeError(
@@ -142,9 +244,15 @@ class TorchCheckpointIO(CheckpointIO):
                 "use a CheckpointIO plugin that takes options."
             )
         target = _local_path(path, "save_checkpoint")
-        with atomic_write(target) as file, contextlib.nullcontext() if self.zip_crc32 else _crc32_off():
-            # Straight into the open file: no second in-memory copy of the serialised checkpoint.
-            torch.save(checkpoint, file)
+        try:
+            with atomic_write(target) as file, contextlib.nullcontext() if self.zip_crc32 else _crc32_off():
+                # Straight into the open file: no second in-memory copy of the serialised checkpoint.
+                torch.save(checkpoint, file)
+        except (RuntimeError, OSError) as err:
+            if _out_of_space(err):
+                # The temp file is gone already (atomic_write), so "free" is what the device has for a retry.
+                raise _no_space(target, checkpoint) from err
+            raise
 
     def load_checkpoint(
         self, path: PathLike, map_location: Any = None, weights_only: bool | None = None, *, mmap: bool = False
@@ -171,7 +279,9 @@ class TorchCheckpointIO(CheckpointIO):
             CheckpointError: The file is truncated or not a checkpoint (``reason="corrupt"``), or it holds
                 objects ``weights_only`` refused (``reason="unsafe"``).
         """
-        target = _local_path(path, "load_checkpoint")
+        # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
+        # an `.old` name (see `replace_path`).
+        target = committed_path(_local_path(path, "load_checkpoint"))
         if not target.exists():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
@@ -186,21 +296,27 @@ class TorchCheckpointIO(CheckpointIO):
                 path=os.fspath(target),
                 reason="corrupt",
             )
-        file_format = _checkpoint_format(target)
+        # Opened once: the format, the records and the mapping all come from this one file, even while a
+        # save replaces the file at ``target`` (see `_load_mapped`).
+        with open(target, "rb") as file:
+            return self._load_open(target, file, map_location, weights_only, mmap)
+
+    def _load_open(
+        self, target: Path, file: BinaryIO, map_location: Any, weights_only: bool | None, mmap: bool
+    ) -> dict[str, Any]:
+        file_format = _checkpoint_format(file)
         if file_format is None:
             raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
         safe = True if weights_only is None else weights_only
         location = "cpu" if map_location is None else map_location
         try:
             if mmap and file_format == "zip":
-                try:
-                    mapped: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe, mmap=True)
+                mapped = _load_mapped(target, file, location, safe)
+                if mapped is not None:
                     return mapped
-                except RuntimeError as err:
-                    if "mmap" not in str(err):
-                        raise
-                    # A filesystem that cannot map files (some network mounts): read it instead.
-            loaded: dict[str, Any] = torch.load(target, map_location=location, weights_only=safe)
+                # Not mappable here (some network mounts), or replaced meanwhile: read the opened file.
+                file.seek(0)
+            loaded: dict[str, Any] = torch.load(file, map_location=location, weights_only=safe)
         except pickle.UnpicklingError as err:
             # torch wraps the unpickler's own one-line reason in a long advice text; keep the reason.
             inner = err.__cause__ or err.__context__

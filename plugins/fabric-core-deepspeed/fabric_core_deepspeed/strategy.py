@@ -8,6 +8,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
@@ -16,6 +17,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.io.atomic import write_folder_collectively
 from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
 from fabric_core_deepspeed import _checkpoint, _config
 from fabric_core_deepspeed.precision import DeepSpeedPrecision
@@ -469,7 +471,9 @@ class DeepSpeedStrategy(ParallelStrategy):
         """Write a DeepSpeed checkpoint folder at ``path``; every rank writes its shards (call it on all).
 
         The engine's module and optimizer are saved by DeepSpeed; the rest of ``state`` (modules, stateful
-        objects and plain values) goes into DeepSpeed's client state.
+        objects and plain values) goes into DeepSpeed's client state. The folder is written under a temp
+        name and replaces ``path`` in one step once every rank has written its part (a filesystem that all
+        ranks see is assumed, as for any sharded checkpoint).
 
         Raises:
             TypeError: ``storage_options`` or ``filter`` was given: DeepSpeed writes its own files.
@@ -484,12 +488,18 @@ class DeepSpeedStrategy(ParallelStrategy):
                 )
         layout = _checkpoint.split_state(state, self._engines, "save")
         extras = self.state_to_save(layout.extras)
-        layout.engine.save_checkpoint(
-            os.fspath(path),
-            client_state={_checkpoint.META_KEY: layout.meta(extras)},
-            tag=_checkpoint.TAG,
-            exclude_frozen_parameters=self.exclude_frozen_parameters,
-        )
+
+        def write(temp: Path) -> None:
+            layout.engine.save_checkpoint(
+                os.fspath(temp),
+                client_state={_checkpoint.META_KEY: layout.meta(extras)},
+                tag=_checkpoint.TAG,
+                exclude_frozen_parameters=self.exclude_frozen_parameters,
+            )
+
+        # DeepSpeed writes into the folder it is given; a temp folder put in place in one step keeps an
+        # interrupted save from leaving a mix of two checkpoints (or nothing) at ``path``.
+        write_folder_collectively(self, path, write, "deepspeed")
 
     def load_checkpoint(
         self,

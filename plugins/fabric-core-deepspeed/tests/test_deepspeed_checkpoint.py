@@ -85,8 +85,11 @@ def round_trip(fabric: Any, folder: Path) -> dict[str, Any]:
         step(fabric, model, optimizer, seed)
     saved = parameters(fabric, model)
     state = {"model": model, "optimizer": optimizer, "step": 2, "meta": {"tags": ["a", "b"]}, "counter": Counter(5)}
-    fabric.save(folder, state)
+    fabric.save(folder, {**state, "step": 1})
+    fabric.save(folder, state)  # replaces the first folder in one step
+    fabric.barrier()
     seen["files"] = sorted(p.name for p in (folder / "checkpoint").iterdir())
+    seen["hidden"] = sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}."))
     step(fabric, model, optimizer, 3)
     expected_next = parameters(fabric, model)
 
@@ -200,6 +203,8 @@ def test_strict_loading_of_a_missing_key(seen: list[dict[str, Any]], stage: int)
 
 
 def test_checkpoint_folders_hold_each_ranks_shards(seen: list[dict[str, Any]]) -> None:
+    # Saved twice to the same path: the second save replaced the first, and nothing hidden is left.
+    assert [seen[0][f"stage_{stage}"]["hidden"] for stage in (2, 3)] == [[], []]
     assert seen[0]["stage_2"]["files"] == [
         "mp_rank_00_model_states.pt",
         "zero_pp_rank_0_mp_rank_00_optim_states.pt",

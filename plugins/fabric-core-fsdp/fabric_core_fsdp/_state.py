@@ -7,8 +7,6 @@ Every function here is collective: all ranks call it with the same ``state``.
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +25,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.io.atomic import committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
     checkpoint_keys,
@@ -90,41 +89,22 @@ def _apply_filter(key: str, value: Any, filter: Filter | None) -> Any:
 def save_sharded(strategy: ShardedStrategy, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """Write ``path`` as a folder: each rank writes its shards, rank 0 the metadata and ``meta.pt``.
 
-    The folder is written under a temporary name and renamed into place by rank 0 once every rank has
-    finished, so an interrupted save never leaves a mix of an old and a new checkpoint at ``path``.
+    The folder is written under a temporary name and put in place in one step by rank 0 once every rank
+    has finished (:func:`~fabric_core.io.atomic.write_folder_collectively`), so an interrupted save leaves
+    the previous checkpoint or the new one at ``path``, never a mix and never nothing; the next save sweeps
+    what a killed one left.
     """
     modules, optimizers, extras = _split(state)
     tensors: dict[str, Any] = {key: get_model_state_dict(module) for key, module in modules.items()}
     for key, optimizer in optimizers.items():
         tensors[key] = get_optimizer_state_dict(owner(optimizer, modules.values(), key), optimizer)
-    target = Path(path)
-    temp = strategy.broadcast(
-        str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp") if strategy.is_global_zero else ""
-    )
-    try:
+
+    def write(temp: Path) -> None:
         dcp_save(tensors, checkpoint_id=temp)
         if strategy.is_global_zero:
-            strategy.checkpoint_io.save_checkpoint(_plain(extras), Path(temp) / META_FILE)
-        strategy.barrier("fsdp-save")
-        if strategy.is_global_zero:
-            _replace(Path(temp), target)
-    finally:
-        if strategy.is_global_zero and Path(temp).exists():
-            shutil.rmtree(temp, ignore_errors=True)
-    strategy.barrier("fsdp-save-done")
+            strategy.checkpoint_io.save_checkpoint(_plain(extras), temp / META_FILE)
 
-
-def _replace(new: Path, target: Path) -> None:
-    """Put the folder ``new`` at ``target``, replacing a file or folder there."""
-    if target.is_dir() and not target.is_symlink():
-        old = target.with_name(f".{target.name}.{secrets.token_hex(6)}.old")
-        os.replace(target, old)
-        os.replace(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-        return
-    if target.exists() or target.is_symlink():
-        target.unlink()
-    os.replace(new, target)
+    write_folder_collectively(strategy, path, write, "fsdp")
 
 
 def save_full(
@@ -147,10 +127,8 @@ def save_full(
             value = _plain({key: value})[key]
         checkpoint[key] = _apply_filter(key, value, filter)
     if strategy.is_global_zero:
-        target = Path(path)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)  # an earlier sharded checkpoint under the same name
-        strategy.checkpoint_io.save_checkpoint(checkpoint, target)
+        # The checkpoint I/O replaces a sharded folder of the same name in one step too (`atomic_write`).
+        strategy.checkpoint_io.save_checkpoint(checkpoint, Path(path))
 
 
 def load(
@@ -167,7 +145,7 @@ def load(
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
         InvalidConfigError: A lone module or optimizer with a sharded folder (name it in a dict instead).
     """
-    target = Path(path)
+    target = committed_path(path)  # for a moment the previous checkpoint's `.old` name (see `replace_path`)
     if not target.exists():
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)

@@ -46,6 +46,14 @@ def test_sharded_save_writes_one_shard_file_per_rank_and_meta(ranks: list[dict[s
     assert ranks[0]["sharded_files"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
 
 
+def test_sharded_saves_replace_the_folder_and_sweep_what_killed_saves_left(ranks: list[dict[str, Any]]) -> None:
+    # The job planted a dead writer's temp folder of `sharded`; saving over folders and files left nothing hidden.
+    for report in ranks:
+        assert report["swapped_is_file"] is True
+        assert report["swapped_is_folder"] is True
+        assert report["hidden_after_saves"] == []
+
+
 def test_sharded_load_restores_parameters_optimizer_state_and_extras(ranks: list[dict[str, Any]]) -> None:
     for report in ranks:
         assert report["sharded_load_equal"] is True

@@ -7,6 +7,7 @@ Usage: python fsdp_checkpoint_job.py ACCELERATOR OUTDIR
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,13 @@ from torch.distributed.tensor import DTensor
 
 from fabric_core import Fabric, spec
 from fabric_core.errors import InvalidConfigError
+from fabric_core.io.atomic import _host_tag
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -58,8 +66,23 @@ def main(fabric: Fabric, outdir: str) -> None:
         optimizer.step()
         optimizer.zero_grad()
     sharded, full = Path(outdir, "sharded"), Path(outdir, "full.pt")
+    fabric.save(sharded, {"model": model, "optimizer": optimizer, "step": 1, "tag": "first"})
+    if rank == 0:  # what a save of this path killed earlier on this host left behind
+        dead = _dead_pid()
+        Path(outdir, f".sharded.{_host_tag()}-{dead}-{'ab' * 6}.tmp").mkdir()
+    fabric.barrier()
+    # Replaces the folder of the first save in one step, and sweeps the dead writer's leftover.
     fabric.save(sharded, {"model": model, "optimizer": optimizer, "step": 2, "tag": "fsdp"})
     full_strategy = connected_strategy(fabric, state_dict_type="full")
+    swapped = Path(outdir, "swapped")
+    fabric.save(swapped, {"model": model})
+    full_strategy.save_checkpoint(swapped, {"model": model})  # a full file replaces the sharded folder
+    fabric.barrier()
+    out["swapped_is_file"] = swapped.is_file()
+    fabric.save(swapped, {"model": model})  # and a sharded folder the full file
+    fabric.barrier()
+    out["swapped_is_folder"] = swapped.is_dir()
+    out["hidden_after_saves"] = sorted(p.name for p in Path(outdir).iterdir() if p.name.startswith("."))
     full_strategy.save_checkpoint(full, {"model": model, "optimizer": optimizer, "step": 2, "tag": "fsdp"})
     fabric.barrier()
     out["sharded_files"] = sorted(p.name for p in sharded.iterdir())
