@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from fabric_core._registry import Spec
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConfigError
 
 __all__ = [
     "ENV_OVERRIDES",
     "PRECISION_ALIASES",
+    "check_device_count",
+    "check_logger",
+    "check_one_precision",
     "check_type",
     "from_environment",
     "merge",
@@ -141,3 +144,65 @@ def normalize_precision(precision: Any) -> str:
             )
         return canonical
     return name
+
+
+def check_one_precision(precision: Any, in_plugins: Any) -> None:
+    """Refuse a precision given both as ``precision=`` and in ``plugins=`` (Lightning's message).
+
+    Raises:
+        InvalidConfigError: Both were given.
+    """
+    if precision is None or in_plugins is None:
+        return
+    shown = repr(in_plugins) if isinstance(in_plugins, (str, Spec)) else f"{type(in_plugins).__name__}(...)"
+    raise InvalidConfigError(
+        f"Received both `precision={precision!r}` and the precision {shown} in `plugins`. Choose one.",
+        argument="precision",
+        value=precision,
+    )
+
+
+def check_logger(item: Any, loggers: Any, names: list[str]) -> None:
+    """Refuse an object in ``loggers=`` that cannot log: not a name, a spec, nor something with ``log_metrics``.
+
+    Loggers written for Lightning (not our ``Logger`` subclasses) are accepted for their methods.
+
+    Raises:
+        ArgumentTypeError: ``item`` has no callable ``log_metrics``.
+    """
+    if callable(getattr(item, "log_metrics", None)):
+        return
+    raise ArgumentTypeError(
+        f"`Fabric(loggers={loggers!r})`: {item!r} ({type(item).__name__}) is not a logger. Pass a name "
+        f"({', '.join(repr(n) for n in names)}), a `fabric_core.spec(...)` or a Logger instance (an object with "
+        "`log_metrics` and `log_hyperparams`), or a list of them.",
+        argument="loggers",
+        value=item,
+    )
+
+
+def check_device_count(context: Any, args: Mapping[str, Any], instance: Any) -> None:
+    """Refuse a one-device strategy asked to run on several devices or nodes (it would use only the first).
+
+    ``devices="auto"`` is fine: the strategy takes the first device found.
+
+    Raises:
+        InvalidConfigError: ``devices`` > 1 or ``num_nodes`` > 1 with a ``SingleDeviceStrategy``.
+    """
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+
+    cls = context.strategy_class
+    if cls is None or not issubclass(cls, SingleDeviceStrategy):
+        return
+    several = context.devices != "auto" and context.num_processes > 1
+    if not several and context.num_nodes == 1:
+        return
+    name = repr(context.strategy) if instance is None else f"{type(instance).__name__}(...)"
+    asked = f"devices={args['devices']!r}" if several else f"num_nodes={context.num_nodes}"
+    raise InvalidConfigError(
+        f"`Fabric(strategy={name}, {asked})`: this strategy runs one process on one device, so it would "
+        "silently use only the first. Pass `devices=1` (and `num_nodes=1`), or a multi-device strategy such "
+        "as 'ddp'.",
+        argument="devices" if several else "num_nodes",
+        value=args["devices"] if several else context.num_nodes,
+    )

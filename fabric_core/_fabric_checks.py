@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from fabric_core.errors import PossibleUserWarning
+from fabric_core.errors import (
+    ArgumentTypeError,
+    InvalidConfigError,
+    NoLoggerError,
+    ParentNotADirectoryError,
+    PathIsADirectoryError,
+    PossibleUserWarning,
+)
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, accepted_keywords, unwrap_compiled
@@ -25,13 +34,17 @@ from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer
 __all__ = [
     "call_with_accepted",
     "check_clip_arguments",
+    "check_clip_objects",
     "check_dataloaders",
     "check_launch",
+    "check_load_state",
     "check_model_and_optimizers",
     "check_optimizers",
+    "check_save",
     "check_save_filter",
     "check_set_up_module",
     "infinite_barrier",
+    "no_logger",
     "warn_if_on_several_devices",
     "warn_no_backward_sync",
 ]
@@ -42,7 +55,15 @@ def check_model_and_optimizers(module: Module, optimizers: Sequence[Optimizer], 
 
     Raises:
         ValueError: The module or an optimizer is a wrapper.
+        ArgumentTypeError: The module is not a ``torch.nn.Module`` or an optimizer not an optimizer.
     """
+    if not isinstance(module, Module):
+        raise ArgumentTypeError(
+            f"`fabric.{method}(module={module!r})`: expected a `torch.nn.Module`, got {type(module).__name__}.",
+            argument="module",
+            value=module,
+        )
+    _check_optimizer_types(optimizers, method)
     if isinstance(module, FabricModule):
         raise ValueError(f"A model should be passed only once to the `{method}` method.")
     if any(isinstance(opt, FabricOptimizer) for opt in optimizers):
@@ -64,6 +85,7 @@ def check_optimizers(strategy: Strategy, optimizers: Sequence[Optimizer]) -> Non
         )
     if not optimizers:
         raise ValueError("`setup_optimizers` requires at least one optimizer as input.")
+    _check_optimizer_types(optimizers, "setup_optimizers")
     if any(isinstance(opt, FabricOptimizer) for opt in optimizers):
         raise ValueError("An optimizer should be passed only once to the `setup_optimizers` method.")
     if any(param.is_meta for opt in optimizers for group in opt.param_groups for param in group["params"]):
@@ -72,6 +94,22 @@ def check_optimizers(strategy: Strategy, optimizers: Sequence[Optimizer]) -> Non
             " currently not supported. Create the optimizer after setting up the model, then call"
             " `fabric.setup_optimizers(optimizer)`."
         )
+
+
+def _is_optimizer(obj: object) -> bool:
+    # Optimizers of other libraries that do not subclass torch's pass on what the wrappers use.
+    return isinstance(obj, Optimizer) or (callable(getattr(obj, "step", None)) and hasattr(obj, "param_groups"))
+
+
+def _check_optimizer_types(optimizers: Sequence[object], method: str) -> None:
+    for position, opt in enumerate(optimizers, start=1):
+        if not _is_optimizer(opt):
+            raise ArgumentTypeError(
+                f"`fabric.{method}(...)`: optimizer number {position} is {opt!r} ({type(opt).__name__}); "
+                "expected a `torch.optim.Optimizer` (or nothing).",
+                argument="optimizers",
+                value=opt,
+            )
 
 
 def check_dataloaders(dataloaders: Sequence[object]) -> None:
@@ -130,6 +168,116 @@ def check_save_filter(filter: object, state: Mapping[str, Any]) -> None:
     for key, value in filter.items():
         if not callable(value):
             raise TypeError(f"Expected `fabric.save(filter=...)` for key {key!r} to be a callable, given {value!r}")
+
+
+def check_save(strategy: Strategy, path: object, state: object, filter: object) -> None:
+    """Validate ``fabric.save(path, state, filter)`` before anything is written.
+
+    Raises:
+        ArgumentTypeError: ``state`` is not a dict, or ``path`` not a path.
+        InvalidConfigError: ``path`` is empty.
+        ParentNotADirectoryError: A parent of ``path`` is a file.
+        PathIsADirectoryError: ``path`` is a folder but the strategy writes one file there.
+        TypeError, ValueError: See :func:`check_save_filter`.
+    """
+    if not isinstance(state, Mapping):
+        raise ArgumentTypeError(
+            f"`fabric.save(path, state={state!r})`: `state` must be a dict of names to modules, optimizers "
+            f"and other values, e.g. `{{'model': model, 'step': 10}}`; got {type(state).__name__}.",
+            argument="state",
+            value=state,
+        )
+    if filter is not None:
+        check_save_filter(filter, state)
+    target = check_save_path(path)
+    # The base strategy writes `path` as one file through the CheckpointIO; others may write folders there.
+    if type(strategy).save_checkpoint is Strategy.save_checkpoint and target.is_dir():
+        raise PathIsADirectoryError(
+            f"`fabric.save(path={os.fspath(target)!r})`: the path is a folder, but the {type(strategy).__name__} "
+            "saves a checkpoint as one file. Pass a file path inside it, e.g. "
+            f"{os.fspath(target / 'checkpoint.ckpt')!r}, or remove the folder.",
+            argument="path",
+            value=path,
+        )
+
+
+def check_save_path(path: object) -> Path:
+    """Return ``path`` as a ``Path`` after refusing what no save can write: empty, or under a file.
+
+    Raises:
+        ArgumentTypeError: ``path`` is not a str or ``os.PathLike``.
+        InvalidConfigError: ``path`` is empty.
+        ParentNotADirectoryError: A parent of ``path`` is a file.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"`fabric.save(path={path!r})`: expected a str or `os.PathLike`, got {type(path).__name__}.",
+            argument="path",
+            value=path,
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidConfigError(
+            f"`fabric.save(path={text!r})`: the path is empty. Pass the file (or folder) to write, e.g. "
+            "'checkpoints/last.ckpt'.",
+            argument="path",
+            value=path,
+        )
+    target = Path(text)
+    for parent in target.parents:
+        if parent.is_dir():
+            break
+        if parent.exists() or parent.is_symlink():
+            raise ParentNotADirectoryError(
+                f"`fabric.save(path={text!r})`: cannot write there because {os.fspath(parent)!r} is a file, not a "
+                "folder. Choose another path, or move that file away.",
+                argument="path",
+                value=path,
+            )
+    return target
+
+
+def check_load_state(state: object, method: str = "load") -> None:
+    """Validate the ``state`` of ``fabric.load(path, state)``: ``None`` or a dict.
+
+    Raises:
+        ArgumentTypeError: Anything else (a string would be read as its characters).
+    """
+    if state is not None and not isinstance(state, dict):
+        raise ArgumentTypeError(
+            f"`fabric.{method}(path, state={state!r})`: `state` must be a dict of names to what to restore, "
+            f"e.g. `{{'model': model, 'optimizer': optimizer}}`, or None for the whole checkpoint; got "
+            f"{type(state).__name__}.",
+            argument="state",
+            value=state,
+        )
+
+
+def check_clip_objects(module: object, optimizer: object) -> None:
+    """Explain a failed ``fabric.clip_gradients`` whose optimizer is not one (called only once it failed).
+
+    Raises:
+        ArgumentTypeError: ``optimizer`` is not an optimizer.
+    """
+    if not _is_optimizer(optimizer):
+        raise ArgumentTypeError(
+            f"`fabric.clip_gradients(module, optimizer={optimizer!r})`: expected the `torch.optim.Optimizer` "
+            "(set up or not) whose parameters' gradients to clip.",
+            argument="optimizer",
+            value=optimizer,
+        )
+
+
+def no_logger() -> NoReturn:
+    """Raise the error of ``fabric.logger`` when ``Fabric`` has no logger.
+
+    Raises:
+        NoLoggerError: Always (an ``IndexError``, as in Lightning Fabric).
+    """
+    raise NoLoggerError(
+        "`fabric.logger`: this Fabric has no logger. Pass one, e.g. `Fabric(loggers='csv')` or "
+        "`Fabric(loggers=[CSVLogger(root_dir)])`, or check `fabric.loggers` (a list, empty here) first."
+    )
 
 
 def check_launch(strategy: Strategy, function: object | None, cli: bool) -> None:

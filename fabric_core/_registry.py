@@ -19,6 +19,7 @@ from fabric_core.errors import (
     InvalidConfigError,
     PluginImportError,
     UnknownNameError,
+    UnknownOptionError,
     describe_failure,
 )
 
@@ -140,9 +141,25 @@ class Entry:
         return loaded
 
     def build(self, options: Mapping[str, Any] | None = None) -> Any:
-        """Build the component: the target called with ``defaults`` updated by ``options``."""
+        """Build the component: the target called with ``defaults`` updated by ``options``.
+
+        Raises:
+            UnknownOptionError: An option the target's signature does not take (a target that takes
+                ``**kwargs`` checks them itself).
+        """
         factory = self.load()
-        return factory(**{**self.defaults, **(options or {})})
+        kwargs = {**self.defaults, **(options or {})}
+        from fabric_core.wrappers import accepted_keywords
+
+        accepted = accepted_keywords(factory)
+        unknown = sorted(set(kwargs) - accepted) if accepted is not None else []
+        if accepted is not None and unknown:
+            given = {k: v for k, v in kwargs.items() if k not in self.defaults or k in (options or {})}
+            call = repr(Spec(self.name, given))
+            raise UnknownOptionError(
+                call, unknown[0], accepted, owner=f"the {self.kind} {self.class_name}", value=kwargs[unknown[0]]
+            )
+        return factory(**kwargs)
 
     def is_available(self) -> bool:
         """Run the probe (``True`` when there is none). A probe that raises counts as unavailable."""

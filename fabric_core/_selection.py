@@ -18,6 +18,9 @@ from typing import Any, final
 
 from fabric_core._arguments import (
     PRECISION_ALIASES,
+    check_device_count,
+    check_logger,
+    check_one_precision,
     check_type,
     from_environment,
     merge,
@@ -182,16 +185,21 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
         return None, None, None
     items = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
     found: dict[str, Any] = {}
+    given: dict[str, Any] = {}  # what the user passed, for messages
     for item in items:
         if isinstance(item, (str, Spec)):
             name, options = name_and_options(item)
-            entry = catalog.find("environment", name) or catalog.find("precision", name)
-            if entry is None:
+            entry = catalog.find("environment", name)
+            if entry is not None:
+                slot: Any = ("environment", _Choice(entry=entry, options=options))
+            elif catalog.find("precision", PRECISION_ALIASES.get(name, (name, False))[0]) is not None:
+                # Resolved later exactly as `precision=` is: selection hooks, aliases, device injection.
+                slot = ("precision", item)
+            else:
                 choices = catalog.names("environment") + catalog.names("precision")
                 raise UnknownNameError(
                     "plugin", name, choices, argument="Fabric(plugins=...)", unavailable=catalog.unavailable
                 )
-            slot: Any = (entry.kind, _Choice(entry=entry, options=options))
         elif isinstance(item, Precision):
             slot = ("precision", item)
         elif isinstance(item, CheckpointIO):
@@ -208,12 +216,12 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
         kind, value = slot
         if kind in found:
             raise InvalidConfigError(
-                f"Received multiple values for {kind} in `plugins`: {found[kind]!r} and {value!r}. "
+                f"Received multiple values for {kind} in `plugins`: {given[kind]!r} and {item!r}. "
                 "Expected one value for each type at most.",
                 argument="plugins",
                 value=plugins,
             )
-        found[kind] = value
+        found[kind], given[kind] = value, item
     return found.get("precision"), found.get("checkpoint_io"), found.get("environment")
 
 
@@ -383,6 +391,8 @@ def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decis
         elif item is None:
             raise InvalidConfigError(f"`Fabric({kind}s=...)` contains None.", argument=f"{kind}s", value=values)
         else:
+            if kind == "logger":
+                check_logger(item, values, catalog.names(kind))
             choices.append(_Choice(instance=item))
             decisions.append(Decision(kind, type(item).__name__, "instance passed by the user"))
     return choices
@@ -426,23 +436,15 @@ def select(
         catalog=catalog, num_nodes=validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
     )
     plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
-    if plugin_precision is not None and args["precision"] is not None:
-        raise InvalidConfigError(
-            f"Received both `precision={args['precision']!r}` and `plugins={plugin_precision!r}`. Choose one.",
-            argument="precision",
-            value=args["precision"],
-        )
+    check_one_precision(args["precision"], plugin_precision)
     acc_choice, ctx = _select_accelerator(manager, ctx, args["accelerator"], decisions)
     ctx = _select_devices(ctx, args["devices"], decisions)
     env_choice, ctx = _select_environment(ctx, plugin_environment, decisions)
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
     _check_strategy_instance(strategy_choice, args)
+    check_device_count(ctx, args, strategy_choice.instance)
     precision_arg = plugin_precision if plugin_precision is not None else args["precision"]
-    if isinstance(precision_arg, _Choice):
-        precision_choice = precision_arg
-        ctx = dataclasses.replace(ctx, precision=precision_arg.entry.name if precision_arg.entry else None)
-    else:
-        precision_choice, ctx = _select_precision(manager, ctx, precision_arg, decisions)
+    precision_choice, ctx = _select_precision(manager, ctx, precision_arg, decisions)
     manager.validate_selection(ctx)
     selection = Selection(
         context=ctx,

@@ -13,17 +13,23 @@ from typing import Final
 
 __all__ = [
     "AmbiguousNameError",
+    "ArgumentTypeError",
     "CheckpointError",
     "CheckpointSpaceError",
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
     "InvalidConfigError",
+    "InvalidPathError",
+    "NoLoggerError",
+    "ParentNotADirectoryError",
+    "PathIsADirectoryError",
     "PluginImportError",
     "PluginLoadError",
     "PluginWarning",
     "PossibleUserWarning",
     "UnknownNameError",
+    "UnknownOptionError",
     "describe_failure",
     "install_hint",
 ]
@@ -218,6 +224,46 @@ class InvalidConfigError(FabricCoreError, ValueError):
         self.argument = argument
         self.value = value
         super().__init__(message)
+
+
+class ArgumentTypeError(InvalidConfigError, TypeError):
+    """An argument of the wrong type; a ``TypeError`` too, as Python and Lightning Fabric raise there."""
+
+
+class UnknownOptionError(ArgumentTypeError):
+    """A keyword option that the component's constructor does not take (Python raises ``TypeError``).
+
+    Attributes:
+        option: The option that was passed.
+        accepted: Every option the component takes.
+        suggestions: The accepted options closest to ``option``.
+    """
+
+    def __init__(self, call: str, option: str, accepted: Iterable[str], *, owner: str, value: object = None) -> None:
+        self.option = option
+        self.accepted = sorted(set(accepted))
+        self.suggestions = close_matches(option, self.accepted)
+        lines = [f"`{call}`: {owner} has no option {option!r}."]
+        if self.suggestions:
+            lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
+        lines.append(f"Accepted options: {', '.join(self.accepted) or '(none)'}.")
+        super().__init__(" ".join(lines), argument=option, value=value)
+
+
+class InvalidPathError(InvalidConfigError, OSError):
+    """A path that cannot be written as asked; an ``OSError`` too, as the failed write would raise."""
+
+
+class ParentNotADirectoryError(InvalidPathError, NotADirectoryError, FileExistsError):
+    """A path under an existing file (``NotADirectoryError``; ``FileExistsError`` as Lightning raises there)."""
+
+
+class PathIsADirectoryError(InvalidPathError, IsADirectoryError):
+    """A file to write whose path is an existing folder."""
+
+
+class NoLoggerError(FabricCoreError, IndexError):
+    """``fabric.logger`` with no logger (an ``IndexError``, as in Lightning Fabric)."""
 
 
 class CheckpointError(FabricCoreError):

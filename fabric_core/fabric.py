@@ -67,12 +67,10 @@ class Fabric:
 
     Args:
         accelerator: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"tpu"``, ``"auto"``, ... or an ``Accelerator``.
-        strategy: ``"ddp"``, ``"fsdp"``, ``"deepspeed"``, ``"auto"``, ... a ``fabric_core.spec(...)`` or a
-            ``Strategy``.
+        strategy: ``"ddp"``, ``"fsdp"``, ``"deepspeed"``, ``"auto"``, ..., a ``fabric_core.spec(...)``, a Strategy.
         devices: Devices per node: a count, a list or string of indices, or ``"auto"``.
         num_nodes: Number of machines.
-        precision: ``"32-true"`` (default), ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``,
-            ``"bf16-true"``, or a name a plugin registers.
+        precision: ``"32-true"`` (default), ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ... or a plugin's name.
         plugins: Precision, checkpoint I/O and cluster environment instances (or names).
         callbacks: One object or a list; :meth:`call` runs their methods by name.
         loggers: One logger or a list; :meth:`log` and :meth:`log_dict` write to all of them.
@@ -81,7 +79,7 @@ class Fabric:
     Raises:
         UnknownNameError: A name that no installed plugin provides.
         InvalidConfigError: A value or combination that cannot run.
-        TypeError: ``run`` is overridden and the script was started by ``fabric-core run``.
+        TypeError: An argument of the wrong type, or ``run`` is overridden under ``fabric-core run``.
     """
 
     def __init__(
@@ -176,8 +174,8 @@ class Fabric:
 
     @property
     def logger(self) -> Logger:
-        """The first logger (``IndexError`` if there is none)."""
-        return self._loggers[0]
+        """The first logger (``NoLoggerError``, an ``IndexError``, if there is none)."""
+        return self._loggers[0] if self._loggers else checks.no_logger()
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Override to put the training code here; ``fabric.run(...)`` then launches it in every process."""
@@ -201,11 +199,11 @@ class Fabric:
             _reapply_compile: Strip ``torch.compile`` for the strategy's wrapping and compile again after.
 
         Returns:
-            The wrapped model alone without optimizers; else ``(model, *optimizers)``, with the scheduler
-            last when one was given.
+            The wrapped model alone without optimizers; else ``(model, *optimizers[, scheduler])``.
 
         Raises:
             ValueError: The model or an optimizer was set up already.
+            TypeError: ``module`` is not a ``torch.nn.Module``, or an optimizer not an optimizer.
             RuntimeError: ``launch()`` is needed first.
         """
         self._validate_launched()
@@ -262,15 +260,13 @@ class Fabric:
                     group["params"] = [moved.get(id(p), p) for p in group["params"]]
 
     def setup_optimizers(self, *optimizers: Optimizer) -> FabricOptimizer | tuple[FabricOptimizer, ...]:
-        """Set up optimizers created after :meth:`setup_module`.
-
-        Returns:
-            One wrapped optimizer, or a tuple of them.
+        """Set up optimizers created after :meth:`setup_module`; return one wrapped optimizer or a tuple.
 
         Raises:
             RuntimeError: The strategy needs model and optimizers together, an optimizer holds parameters
                 on the meta device, or ``launch()`` is needed first.
             ValueError: No optimizer, or one that was set up already.
+            TypeError: Something that is not an optimizer.
         """
         self._validate_launched()
         checks.check_optimizers(self._strategy, optimizers)
@@ -367,25 +363,28 @@ class Fabric:
         norm_type: float = 2.0,
         error_if_nonfinite: bool = True,
     ) -> Tensor | None:
-        """Clip the gradients of the optimizer's parameters by value or by total norm.
-
-        Gradients are unscaled first where the precision scales the loss.
+        """Clip the gradients of the optimizer's parameters by value or by total norm (unscaled first if scaled).
 
         Returns:
             The total norm before clipping (a scalar tensor) with ``max_norm``; ``None`` with ``clip_val``.
 
         Raises:
             ValueError: Both or neither of ``clip_val`` and ``max_norm`` are set.
+            TypeError: ``optimizer`` is not an optimizer.
         """
         checks.check_clip_arguments(clip_val, max_norm)
         module, optimizer = unwrap_objects(module), unwrap_objects(optimizer)
-        if clip_val is not None:
+        try:  # the objects are checked only once it failed: nothing is added to a training step
+            if clip_val is None:
+                assert max_norm is not None
+                return self._strategy.clip_gradients_norm(
+                    module, optimizer, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
+                )
             self._strategy.clip_gradients_value(module, optimizer, clip_val=clip_val)
-            return None
-        assert max_norm is not None
-        return self._strategy.clip_gradients_norm(
-            module, optimizer, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
-        )
+        except (AttributeError, TypeError):
+            checks.check_clip_objects(module, optimizer)
+            raise
+        return None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The precision's forward context, for operations outside the model's ``forward``."""
@@ -567,11 +566,11 @@ class Fabric:
                 dict are kept.
 
         Raises:
-            TypeError: ``filter`` is not a dict of callables.
-            ValueError: ``filter`` names keys that ``state`` lacks.
+            TypeError: ``state`` is not a dict, or ``filter`` not a dict of callables.
+            ValueError: ``filter`` names keys that ``state`` lacks, or ``path`` is empty.
+            OSError: ``path`` is under a file, or a folder where one file is written (checked first).
         """
-        if filter is not None:
-            checks.check_save_filter(filter, state)
+        checks.check_save(self._strategy, path, state, filter)
         self._strategy.save_checkpoint(path=path, state=unwrap_objects(state), filter=filter)
         self.barrier()
 
@@ -591,15 +590,16 @@ class Fabric:
             path: The checkpoint.
             state: What to restore; ``None`` returns the whole checkpoint.
             strict: Require every key of ``state`` in the checkpoint and exact module keys.
-            weights_only: Passed to ``torch.load`` (``None``: torch's default, which refuses arbitrary
-                Python objects).
+            weights_only: Passed to ``torch.load`` (``None``: torch's default, refusing arbitrary objects).
 
         Returns:
             The checkpoint entries that ``state`` did not ask for.
 
         Raises:
             KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
+            TypeError: ``state`` is neither a dict nor ``None``.
         """
+        checks.check_load_state(state)
         unwrapped = unwrap_objects(state)
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
@@ -662,9 +662,9 @@ class Fabric:
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
-        """Seed every random number generator; DataLoader workers too unless ``workers=False``.
+        """Seed every random number generator, DataLoader workers too unless ``workers=False``; return the seed.
 
-        Returns:
-            The seed.
+        Raises:
+            ValueError: ``seed`` is not an integer in ``[0, 2**32 - 1]`` (also a ``TypeError`` for a wrong type).
         """
         return _seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Final
 
 import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.errors import InvalidConfigError
 
-__all__ = ["CPUAccelerator"]
+__all__ = ["CORES_FACTOR", "MIN_CEILING", "CPUAccelerator", "max_cpu_processes"]
+
+#: Processes per usable core that ``devices=N`` may start on the cpu accelerator (Lightning allows more
+#: processes than cores, useful to test multi-process code on a laptop; beyond a few per core there is no
+#: gain, and a count like ``10**9`` would allocate gigabytes before failing).
+CORES_FACTOR: Final = 4
+#: The ceiling on any machine, however few cores it has.
+MIN_CEILING: Final = 64
+
+
+def _cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def max_cpu_processes() -> int:
+    """The most processes per node ``Fabric(accelerator="cpu", devices=N)`` accepts."""
+    return max(MIN_CEILING, CORES_FACTOR * _cores())
 
 
 class CPUAccelerator(Accelerator):
@@ -34,6 +52,16 @@ class CPUAccelerator(Accelerator):
         if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 0:
             raise InvalidConfigError(
                 f"`Fabric(devices={devices!r})`: `devices` selected with `CPUAccelerator` should be an int > 0.",
+                argument="devices",
+                value=devices,
+            )
+        ceiling = max_cpu_processes()
+        if devices > ceiling:
+            raise InvalidConfigError(
+                f"`Fabric(devices={devices!r})`: on the cpu accelerator each device is one process, and at most "
+                f"{ceiling} processes per node are allowed here ({CORES_FACTOR} per CPU core of the {_cores()} "
+                f"this process may use, and never fewer than {MIN_CEILING}). More only time-slice the same cores, "
+                "while each one loads its own Python and torch. Pass a smaller `devices`, or use more nodes.",
                 argument="devices",
                 value=devices,
             )

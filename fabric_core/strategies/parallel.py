@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import atexit
 import gc
+import inspect
 import os
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -12,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
 from fabric_core.strategies import _collectives, _exit
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -28,12 +30,81 @@ START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
 _DIST_AVAILABLE: Final = dist.is_available()
 
-__all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy"]
+__all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 
 T = TypeVar("T")
 
 #: How long a collective waits for the other ranks before failing (torch's own default).
 DEFAULT_PG_TIMEOUT = timedelta(minutes=30)
+
+
+def as_timeout(timeout: Any, owner: str) -> timedelta:
+    """Return the process-group ``timeout`` as a ``timedelta``: given as one, as seconds, or ``None`` (default).
+
+    Raises:
+        ArgumentTypeError: Not a ``timedelta``, a number or ``None`` (torch would fail at launch).
+        InvalidConfigError: Zero or negative.
+    """
+    if timeout is None:
+        return DEFAULT_PG_TIMEOUT
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    elif isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    else:
+        raise ArgumentTypeError(
+            f"`{owner}(timeout={timeout!r})`: the timeout must be a `datetime.timedelta` or a number of seconds "
+            f"(e.g. `timedelta(minutes=30)` or `1800`), not {type(timeout).__name__}.",
+            argument="timeout",
+            value=timeout,
+        )
+    if not seconds > 0:  # also refuses NaN
+        raise InvalidConfigError(
+            f"`{owner}(timeout={timeout!r})`: the timeout must be positive: how long a collective waits for the "
+            "other ranks, e.g. `timedelta(minutes=30)` or `1800` (seconds).",
+            argument="timeout",
+            value=timeout,
+        )
+    return timeout if isinstance(timeout, timedelta) else timedelta(seconds=seconds)
+
+
+def check_forwarded_options(
+    strategy: type, options: Mapping[str, Any], target: Callable[..., Any], *, reserved: Iterable[str] = ()
+) -> None:
+    """Refuse keyword arguments that a strategy's ``**kwargs`` would hand to ``target`` but it does not take.
+
+    Checked when the strategy is built (at ``Fabric(...)``), not when ``target`` is called at ``setup``.
+
+    Args:
+        strategy: The strategy class, whose own parameters are listed as accepted too.
+        options: The keyword arguments its ``**kwargs`` collected.
+        target: What receives them (``DistributedDataParallel``, ``fully_shard``, ...).
+        reserved: Parameters of ``target`` the strategy sets itself.
+
+    Raises:
+        UnknownOptionError: An option neither the strategy nor ``target`` takes (a ``TypeError`` too).
+    """
+    from fabric_core.wrappers import accepted_keywords
+
+    forwarded = accepted_keywords(target)
+    if forwarded is None:  # the target takes anything
+        return
+    forwarded = forwarded - {"module", *reserved}
+    unknown = sorted(set(options) - forwarded)
+    if unknown:
+        own = {
+            p.name
+            for p in inspect.signature(strategy).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+        name = getattr(target, "__qualname__", repr(target))
+        raise UnknownOptionError(
+            f"{strategy.__name__}({unknown[0]}={options[unknown[0]]!r})",
+            unknown[0],
+            own | forwarded,
+            owner=f"{strategy.__name__} (or `{name}`, which receives its other keyword arguments)",
+            value=options[unknown[0]],
+        )
 
 
 class ParallelStrategy(Strategy):
@@ -54,7 +125,12 @@ class ParallelStrategy(Strategy):
         checkpoint_io: How checkpoints are written.
         precision: The precision plugin.
         process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's backend.
-        timeout: How long collectives wait for the other ranks.
+        timeout: How long collectives wait for the other ranks: a ``timedelta`` or a number of seconds;
+            ``None`` is torch's default (30 minutes).
+
+    Raises:
+        InvalidConfigError: An unknown ``start_method``, or a ``timeout`` that is not positive (an
+            ``ArgumentTypeError``, a ``TypeError`` too, when it is not a duration at all).
     """
 
     single_process: ClassVar[bool] = False
@@ -69,7 +145,7 @@ class ParallelStrategy(Strategy):
         checkpoint_io: CheckpointIO | None = None,
         precision: Precision | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
+        timeout: timedelta | float | None = DEFAULT_PG_TIMEOUT,
         start_method: str | None = None,
     ) -> None:
         super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
@@ -85,7 +161,7 @@ class ParallelStrategy(Strategy):
         self._cluster_environment = cluster_environment
         self._num_nodes = 1
         self._process_group_backend = process_group_backend
-        self._timeout = timeout
+        self._timeout = as_timeout(timeout, type(self).__name__)
         self._exit_hook_registered = False
         self._device_for_collectives: torch.device | None = None
         self._root_device: torch.device | None = None

@@ -93,6 +93,16 @@ def _requested_ids(devices: Any, available: Sequence[int], accelerator: str) -> 
             argument="devices",
             value=devices,
         )
+    if value > len(available):
+        # Refused before building the indices: `devices=10**9` must not allocate a list of a billion first.
+        raise InvalidConfigError(
+            f"`Fabric(devices={devices!r})`: you requested {accelerator} device(s) "
+            f"{list(range(value)) if value <= 16 else f'[0, 1, ..., {value - 1}]'}, but your machine only has: "
+            f"{list(available)}. Valid choices: indices from {list(available)}, an int up to {len(available)}, or "
+            "-1 for all of them.",
+            argument="devices",
+            value=devices,
+        )
     return list(range(value))
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import torch
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 from fabric_core.utilities.rank_zero import rank_prefixed_message, rank_zero_only, rank_zero_warn
 
 __all__ = [
@@ -55,7 +55,8 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         The seed that was set.
 
     Raises:
-        InvalidConfigError: The seed is outside ``[0, 2**32 - 1]``, or the environment holds a non-integer.
+        InvalidConfigError: The seed is outside ``[0, 2**32 - 1]``, is not an integer (an ``ArgumentTypeError``,
+            a ``TypeError`` too, for a type ``int()`` refuses), or the environment holds a non-integer.
     """
     if seed is None:
         seed = recorded_seed()
@@ -63,7 +64,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
             seed = 0
             rank_zero_warn(f"No seed found, seed set to {seed}", stacklevel=2)
     elif not isinstance(seed, int):
-        seed = int(seed)
+        seed = _as_int(seed)
     _check_bounds(seed)
     if verbose:
         _log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))
@@ -73,6 +74,21 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     for var in (SEED_WORKERS_ENV, _LIGHTNING_SEED_WORKERS_ENV):
         os.environ[var] = str(int(workers))
     return seed
+
+
+def _as_int(seed: Any) -> int:
+    """Cast ``seed`` as Lightning does (``int(seed)``), with an error that names it when that fails."""
+    try:
+        return int(seed)
+    except (TypeError, ValueError) as err:
+        # Lightning documents a ValueError for a seed that cannot be cast; a wrong type is a TypeError as well.
+        error = ArgumentTypeError if isinstance(err, TypeError) else InvalidConfigError
+        raise error(
+            f"`seed_everything(seed={seed!r})`: the seed must be an integer from {MIN_SEED_VALUE} to "
+            f"{MAX_SEED_VALUE} (or a string of one), or None to reuse the recorded seed.",
+            argument="seed",
+            value=seed,
+        ) from None
 
 
 def reset_seed() -> None:

@@ -217,8 +217,12 @@ def test_device_forms_parse_like_lightning(
 
 def test_selected_devices_become_the_parallel_devices(gpus: Callable[[int], None]) -> None:
     gpus(4)
-    selection = choose(accelerator="cuda", devices="3", strategy="single_device")
+    ddp = pytest.importorskip("fabric_core_ddp._plugin")
+    selection = select(manager(("ddp", ddp)), accelerator="cuda", devices="3", strategy="ddp")
     assert selection.context.parallel_devices == tuple(torch.device("cuda", i) for i in range(3))
+    # A one-device strategy would use only the first of them: refused, naming the devices asked for.
+    with pytest.raises(InvalidConfigError, match=r"strategy='single_device', devices='3'"):
+        choose(accelerator="cuda", devices="3", strategy="single_device")
 
 
 BAD_DEVICES: list[tuple[Any, int, str]] = [

@@ -12,7 +12,7 @@ from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy, check_forwarded_options
 from fabric_core.strategies.strategy import BackwardSyncControl
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class DDPStrategy(ParallelStrategy):
     Raises:
         InvalidConfigError: An unknown ``start_method``, or ``device_ids`` among ``ddp_kwargs`` (the
             strategy sets it from the process's device).
+        UnknownOptionError: A keyword argument that ``DistributedDataParallel`` does not take either.
     """
 
     def __init__(
@@ -81,6 +82,9 @@ class DDPStrategy(ParallelStrategy):
                     argument=reserved,
                     value=ddp_kwargs[reserved],
                 )
+        check_forwarded_options(
+            type(self), ddp_kwargs, DistributedDataParallel, reserved=("device_ids", "output_device")
+        )
         self._ddp_kwargs = ddp_kwargs
         self._backward_sync_control = DDPBackwardSyncControl()
         self._wrapped: list[weakref.ReferenceType[DistributedDataParallel]] = []

@@ -98,7 +98,17 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
 
 @hookimpl
 def fabric_core_validate_selection(context: SelectionContext) -> None:
-    """Reject the precisions ModelParallelStrategy cannot run."""
+    """Reject the precisions FSDP and ModelParallelStrategy cannot run."""
+    if is_fsdp(context.strategy_class) and context.precision not in FSDP_PRECISIONS:
+        # Only FSDPPrecision's policies shard: others (64-true, the quantized bitsandbytes layers) would reach
+        # fully_shard with parameters it cannot flatten, or not be applied at all.
+        raise InvalidConfigError(
+            f"`Fabric(strategy={context.strategy!r}, precision={context.precision!r})`: the FSDP strategy supports "
+            f"the precisions {', '.join(repr(p) for p in FSDP_PRECISIONS)}. Choose one of them, or another "
+            "strategy (e.g. 'ddp' or 'single_device') for this precision.",
+            argument="precision",
+            value=context.precision,
+        )
     if is_model_parallel(context.strategy_class) and context.precision not in MODEL_PARALLEL_PRECISIONS:
         raise InvalidConfigError(
             f"`Fabric(strategy={context.strategy!r}, precision={context.precision!r})`: the model-parallel "

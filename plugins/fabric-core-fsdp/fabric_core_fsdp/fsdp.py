@@ -12,7 +12,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT
+from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, check_forwarded_options
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_fsdp._sharded import ShardedStrategy
 from fabric_core_fsdp.precision import FSDPPrecision
@@ -192,6 +192,9 @@ class FSDPStrategy(ShardedStrategy):
         else:
             self._offload = None
         self._mixed_precision = mixed_precision
+        check_forwarded_options(
+            type(self), fully_shard_kwargs, fully_shard, reserved=("mesh", "mp_policy", "offload_policy")
+        )
         self._fully_shard_kwargs = fully_shard_kwargs
 
     @property

@@ -17,5 +17,7 @@ def fabric_core_register_loggers(registry: Registry) -> None:
         "tensorboard",
         "fabric_core_tensorboard.logger:TensorBoardLogger",
         description="Write scalars, hyperparameters and graphs as TensorBoard event files.",
+        # `loggers="tensorboard"` writes under ./lightning_logs/version_N, as "csv" does.
+        defaults={"root_dir": "."},
         requires=("tensorboard",),
     )
