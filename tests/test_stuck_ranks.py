@@ -38,3 +38,31 @@ def test_mismatched_all_reduce_shapes_raise_the_same_error_on_every_rank() -> No
         assert len(lines) == 1, result.stdout
         assert message in lines[0]
         assert "rank 0: float32[2], rank 1: float32[3]" in lines[0]
+
+
+def test_a_rank_stuck_in_a_barrier_ends_the_job_in_seconds_not_the_collective_timeout() -> None:
+    # Rank 0 returns while rank 1 waits in a barrier: rank 0's exit barrier gives up after 3 s (instead of the
+    # process group's 30 minutes), closes its connections, and rank 1's barrier fails with a traceback.
+    result, seconds = run_job("exit", deadline=90, FABRIC_CORE_EXIT_TIMEOUT="3")
+    assert result.returncode != 0, result.stdout
+    assert "rank 0 returns" in result.stdout
+    assert re.search(r"\[fabric-core rank 0\] the ranks did not all reach the end of the job within 3 s", result.stdout)
+    assert "Ranks 1 failed to pass monitoredBarrier" in result.stdout  # names the rank that did not come
+    assert re.search(r"\[rank1\]:.*in barrier", result.stdout), result.stdout  # the stuck rank's barrier
+    assert seconds < 90
+
+
+def test_a_collective_waiting_past_the_threshold_says_which_and_from_where() -> None:
+    # Rank 1 joins the all_reduce 6 s late; with a 2 s threshold rank 0 reports while it waits.
+    result, _ = run_job("late", deadline=90, FABRIC_CORE_HANG_WARN_SECONDS="2")
+    assert result.returncode == 0, result.stdout
+    line = next(line for line in JOB.read_text().splitlines() if "# LATE_LINE" in line)
+    number = JOB.read_text().splitlines().index(line) + 1
+    report = re.search(
+        r"\[fabric-core rank 0\] waiting (\d+) s in `all_reduce` \(ParallelStrategy\.all_reduce", result.stdout
+    )
+    assert report, result.stdout
+    assert 2 <= int(report.group(1)) < 6
+    assert f"called from {JOB}:{number}." in result.stdout
+    assert "[fabric-core rank 1] waiting" not in result.stdout  # rank 1 never waited
+    assert "rank 0 reduced 2.0" in result.stdout and "rank 1 reduced 2.0" in result.stdout

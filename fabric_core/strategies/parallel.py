@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies import _collectives, _exit
+from fabric_core.strategies import _collectives, _exit, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 
@@ -269,6 +269,7 @@ class ParallelStrategy(Strategy):
             **kwargs,
         )
         self._device_for_collectives = self.root_device
+        _watchdog.start(self.global_rank)
         if not self._exit_hook_registered:
             # A process that exits with its process group alive can abort in gloo's destructors
             # ("terminate called without an active exception"); finished jobs must exit 0.
@@ -397,5 +398,7 @@ class ParallelStrategy(Strategy):
         if not self._distributed():
             return
         if meet_peers:
-            _exit.bounded_barrier(self._timeout)
+            # Bounded by seconds, not by the collective timeout: a peer stuck in a collective would
+            # otherwise hold this rank for the whole process-group timeout (30 min by default).
+            _exit.bounded_barrier(_exit.exit_timeout())
         dist.destroy_process_group()

@@ -32,6 +32,7 @@ def main(mode: str) -> None:
             strategy.barrier()  # rank 0 never comes
         print(f"rank {rank} returns", flush=True)
     elif mode == "late":
+        strategy.all_reduce(torch.ones(1))  # the shapes are agreed: the stuck call below is the reduction itself
         if rank == 1:
             time.sleep(6)
         total = strategy.all_reduce(torch.ones(1), reduce_op="sum")  # LATE_LINE
