@@ -21,6 +21,7 @@ __all__ = [
     "PluginLoadError",
     "PluginWarning",
     "PossibleUserWarning",
+    "RendezvousError",
     "UnknownNameError",
     "install_hint",
 ]
@@ -185,6 +186,10 @@ class InvalidConfigError(FabricCoreError, ValueError):
         self.argument = argument
         self.value = value
         super().__init__(message)
+
+
+class RendezvousError(FabricCoreError, RuntimeError):
+    """The processes of a job could not meet to create their process group (within the rendezvous timeout)."""
 
 
 class CheckpointError(FabricCoreError):

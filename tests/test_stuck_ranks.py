@@ -54,7 +54,7 @@ def test_a_rank_stuck_in_a_barrier_ends_the_job_in_seconds_not_the_collective_ti
 
 def test_a_collective_waiting_past_the_threshold_says_which_and_from_where() -> None:
     # Rank 1 joins the all_reduce 6 s late; with a 2 s threshold rank 0 reports while it waits.
-    result, _ = run_job("late", deadline=90, FABRIC_CORE_HANG_WARN_SECONDS="2")
+    result, _ = run_job("late", deadline=90, FABRIC_CORE_HANG_WARN_SECONDS="2", FABRIC_CORE_RENDEZVOUS_TIMEOUT="30")
     assert result.returncode == 0, result.stdout
     line = next(line for line in JOB.read_text().splitlines() if "# LATE_LINE" in line)
     number = JOB.read_text().splitlines().index(line) + 1
@@ -66,3 +66,5 @@ def test_a_collective_waiting_past_the_threshold_says_which_and_from_where() -> 
     assert f"called from {JOB}:{number}." in result.stdout
     assert "[fabric-core rank 1] waiting" not in result.stdout  # rank 1 never waited
     assert "rank 0 reduced 2.0" in result.stdout and "rank 1 reduced 2.0" in result.stdout
+    # The meeting waited at most 30 s; the collectives then got the job's timeout back (30 minutes).
+    assert "rank 0 timeouts after the rendezvous: 0:30:00 0:30:00" in result.stdout

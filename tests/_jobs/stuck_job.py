@@ -37,6 +37,9 @@ def main(mode: str) -> None:
             time.sleep(6)
         total = strategy.all_reduce(torch.ones(1), reduce_op="sum")  # LATE_LINE
         print(f"rank {rank} reduced {total.item()}", flush=True)
+        store = torch.distributed.distributed_c10d._get_default_store()
+        group = torch.distributed.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        print(f"rank {rank} timeouts after the rendezvous: {group.options._timeout} {store.timeout}", flush=True)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
