@@ -26,7 +26,13 @@ def main(mode: str) -> None:
     SubprocessScriptLauncher(environment, num_processes=2, num_nodes=1).launch(strategy.setup_environment)
     rank = strategy.global_rank
     if mode == "mismatch":
-        strategy.all_reduce(torch.ones(2 + rank), reduce_op="sum")
+        try:
+            strategy.all_reduce(torch.ones(2 + rank), reduce_op="sum")
+        except ValueError as error:
+            print(f"rank {rank} raised: {error}", flush=True)
+            strategy.barrier()  # the process group is still usable, and both ranks have printed
+            print(f"rank {rank} met the other rank after the error", flush=True)
+            raise
     elif mode == "exit":
         if rank == 1:
             strategy.barrier()  # rank 0 never comes
