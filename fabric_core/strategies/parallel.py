@@ -316,6 +316,8 @@ class ParallelStrategy(Strategy):
 
         Raises:
             InvalidConfigError: An unknown ``reduce_op``.
+            ValueError: On every rank alike, when the ranks pass tensors of different shapes or dtypes the
+                first time this (shape, dtype, group) is reduced (instead of an abort in gloo).
         """
         # Inline, without helper calls: every microsecond before a small collective is paid again as the
         # other rank's wait (it is on the critical path of both).
