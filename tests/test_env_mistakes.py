@@ -22,7 +22,7 @@ PLACEMENT = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RAN
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(120)]
 
 
-def run_job(env: dict[str, str], deadline: float = 60) -> tuple[int, str, float]:
+def run_job(env: dict[str, str], deadline: float = 90) -> tuple[int, str, float]:
     base = {k: v for k, v in os.environ.items() if k not in PLACEMENT}
     start = time.monotonic()
     result = run_in_own_session([sys.executable, str(JOB)], timeout=deadline, env={**base, **env})
@@ -59,7 +59,7 @@ def test_a_rank_whose_peers_never_come_gives_up_after_the_rendezvous_timeout() -
     )
     assert "within 3 s (FABRIC_CORE_RENDEZVOUS_TIMEOUT)" in output
     assert f"MASTER_PORT={port}" in output and "LOCAL_RANK=1" in output
-    assert seconds < 60
+    assert seconds < 90
 
 
 def test_the_same_job_with_a_sound_environment_runs() -> None:
