@@ -36,7 +36,7 @@ def run_job(env: dict[str, str], deadline: float = 90) -> tuple[int, str, float]
         ({"MASTER_PORT": "0"}, "InvalidConfigError: MASTER_PORT=0 is not a port"),
         ({"MASTER_ADDR": "256.1.1.1"}, "InvalidConfigError: MASTER_ADDR='256.1.1.1' is neither an IP address"),
         ({"MASTER_ADDR": "no-such-host.invalid"}, "InvalidConfigError: MASTER_ADDR='no-such-host.invalid' does not"),
-        ({"LOCAL_RANK": "5"}, "InvalidConfigError: LOCAL_RANK=5, but this job has 2 devices on each node"),
+        ({"LOCAL_RANK": "5"}, "InvalidConfigError: LOCAL_RANK=5, but this job has 2 device(s) on each node"),
         ({"WORLD_SIZE": "0"}, "InvalidConfigError: The environment variable WORLD_SIZE='0' must be an integer >= 1"),
     ],
     ids=["local-rank-alone", "port-0", "bad-ip", "unknown-host", "local-rank-too-high", "world-size-0"],
@@ -66,3 +66,26 @@ def test_the_same_job_with_a_sound_environment_runs() -> None:
     code, output, _ = run_job({})
     assert code == 0, output
     assert "rank 0 reduced 2.0" in output and "rank 1 reduced 2.0" in output
+
+
+@pytest.mark.parametrize(
+    ("variable", "read"),
+    [
+        ("FABRIC_CORE_RENDEZVOUS_TIMEOUT", "fabric_core.strategies._rendezvous:rendezvous_timeout"),
+        ("FABRIC_CORE_EXIT_TIMEOUT", "fabric_core.strategies._exit:exit_timeout"),
+        ("FABRIC_CORE_HANG_WARN_SECONDS", "fabric_core.strategies._watchdog:hang_warn_seconds"),
+    ],
+)
+@pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan"])
+def test_a_malformed_delay_is_an_error_naming_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, read: str, raw: str
+) -> None:
+    import importlib
+
+    from fabric_core.errors import InvalidConfigError
+
+    module, name = read.split(":")
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(InvalidConfigError, match=f"{variable}='{raw}'") as caught:
+        getattr(importlib.import_module(module), name)()
+    assert caught.value.argument == variable

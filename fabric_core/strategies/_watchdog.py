@@ -116,9 +116,12 @@ def _collective_frame(top: FrameType) -> FrameType | None:
 def _describe(rank: int, collective: FrameType, waited: float) -> str:
     entry = ""
     frame = collective.f_back
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0].startswith(("torch", "fabric_core")):
-        if frame.f_globals.get("__name__", "").startswith("fabric_core"):
+    while frame is not None:
+        package = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if package.startswith("fabric_core"):  # the core and its plugins (fabric_core_ddp, ...)
             entry = frame.f_code.co_qualname
+        elif package != "torch":
+            break
         frame = frame.f_back
     caller = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "fabric-core's exit handler"
     name = collective.f_code.co_name

@@ -233,10 +233,10 @@ class ParallelStrategy(Strategy):
         if self._parallel_devices:
             local_rank, count = self.local_rank, len(self._parallel_devices)
             if not 0 <= local_rank < count:
-                variable = "LOCAL_RANK" if "LOCAL_RANK" in os.environ else "the cluster environment's local rank"
+                source = "" if "LOCAL_RANK" in os.environ else f" (from {type(environment).__name__})"
                 raise InvalidConfigError(
-                    f"{variable}={local_rank}, but this job has {count} device{'s' if count != 1 else ''} on each "
-                    f"node (local ranks 0 to {count - 1}). Set LOCAL_RANK below {count}, or ask for more devices.",
+                    f"LOCAL_RANK={local_rank}{source}, but this job has {count} device(s) on each node (local "
+                    f"ranks 0 to {count - 1}). Set LOCAL_RANK below {count}, or ask for more devices.",
                     argument="LOCAL_RANK",
                     value=local_rank,
                 )
