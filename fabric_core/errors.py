@@ -28,6 +28,7 @@ __all__ = [
     "PluginLoadError",
     "PluginWarning",
     "PossibleUserWarning",
+    "RendezvousError",
     "UnknownNameError",
     "UnknownOptionError",
     "describe_failure",
@@ -264,6 +265,10 @@ class PathIsADirectoryError(InvalidPathError, IsADirectoryError):
 
 class NoLoggerError(FabricCoreError, IndexError):
     """``fabric.logger`` with no logger (an ``IndexError``, as in Lightning Fabric)."""
+
+
+class RendezvousError(FabricCoreError, RuntimeError):
+    """The processes of a job could not meet to create their process group (within the rendezvous timeout)."""
 
 
 class CheckpointError(FabricCoreError):

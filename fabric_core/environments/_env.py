@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
+from typing import Final
 
 from fabric_core.errors import InvalidConfigError
 
-__all__ = ["check_world_size", "find_free_network_port", "read_int", "read_str"]
+__all__ = [
+    "check_address",
+    "check_port",
+    "check_process_variables",
+    "check_world_size",
+    "find_free_network_port",
+    "read_int",
+    "read_str",
+    "resolve_address",
+]
+
+#: The variables that place a process in a job, with the least value each may take.
+_RANK_VARIABLES: Final = (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0), ("NODE_RANK", 0), ("GROUP_RANK", 0))
+_HOSTNAME: Final = re.compile(
+    r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
+)
 
 
 def read_str(name: str) -> str:
@@ -26,24 +44,106 @@ def read_str(name: str) -> str:
     return value
 
 
-def read_int(name: str, default: int | None = None) -> int:
+def read_int(name: str, default: int | None = None, *, minimum: int | None = None) -> int:
     """Return the environment variable ``name`` as an int.
 
     Args:
         name: The variable, e.g. ``"LOCAL_RANK"``.
         default: Returned when the variable is unset; ``None`` makes it required.
+        minimum: The least value accepted, if any.
 
     Raises:
-        InvalidConfigError: The variable is required and unset, or is not an integer.
+        InvalidConfigError: The variable is required and unset, is not an integer, or is below ``minimum``.
     """
     if default is not None and name not in os.environ:
         return default
     raw = read_str(name)
     try:
-        return int(raw.strip())
+        value = int(raw.strip())
     except ValueError:
         raise InvalidConfigError(
             f"The environment variable {name}={raw!r} is not an integer.", argument=name, value=raw
+        ) from None
+    if minimum is not None and value < minimum:
+        raise InvalidConfigError(
+            f"The environment variable {name}={raw!r} must be an integer >= {minimum}.", argument=name, value=raw
+        )
+    return value
+
+
+def check_process_variables() -> None:
+    """Reject malformed values of the variables that place this process in a job, where they are set.
+
+    ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``NODE_RANK``, ``GROUP_RANK``, ``MASTER_PORT`` and
+    ``MASTER_ADDR`` are checked at construction, so that a typo fails at once instead of as a rendezvous
+    that never completes.
+
+    Raises:
+        InvalidConfigError: Naming the variable and its value.
+    """
+    for name, minimum in _RANK_VARIABLES:
+        if name in os.environ:
+            read_int(name, minimum=minimum)
+    if "MASTER_PORT" in os.environ:
+        check_port(read_int("MASTER_PORT"))
+    if "MASTER_ADDR" in os.environ:
+        check_address(os.environ["MASTER_ADDR"])
+
+
+def check_port(port: int, variable: str = "MASTER_PORT") -> None:
+    """Raise unless ``port`` is a TCP port the processes can meet at (1 to 65535).
+
+    Raises:
+        InvalidConfigError: Naming ``variable``.
+    """
+    if not 1 <= port <= 65535:
+        raise InvalidConfigError(
+            f"{variable}={port} is not a port the processes can meet at: valid ports are 1 to 65535. Unset "
+            f"{variable} on a single machine to let fabric-core choose a free one.",
+            argument=variable,
+            value=port,
+        )
+
+
+def check_address(address: str, variable: str = "MASTER_ADDR") -> None:
+    """Raise unless ``address`` is an IP address or a well-formed host name (it is not resolved here).
+
+    Raises:
+        InvalidConfigError: Naming ``variable``.
+    """
+    text = address.strip()
+    numeric = bool(text) and all(c.isdigit() or c == "." for c in text)
+    if ":" in text or numeric:
+        try:
+            ipaddress.ip_address(text.strip("[]"))
+        except ValueError:
+            pass
+        else:
+            return
+    elif _HOSTNAME.fullmatch(text) and len(text) <= 253:
+        return
+    raise InvalidConfigError(
+        f"{variable}={address!r} is neither an IP address nor a host name. Set it to the address of the machine "
+        "that runs rank 0 (127.0.0.1 on a single machine).",
+        argument=variable,
+        value=address,
+    )
+
+
+def resolve_address(address: str, port: int, variable: str = "MASTER_ADDR") -> None:
+    """Raise unless ``address`` resolves (a host name that no name server knows would never be reached).
+
+    Raises:
+        InvalidConfigError: Naming ``variable``.
+    """
+    try:
+        socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise InvalidConfigError(
+            f"{variable}={address!r} does not resolve to an address ({error}). Set it to the address of the "
+            "machine that runs rank 0 (127.0.0.1 on a single machine).",
+            argument=variable,
+            value=address,
         ) from None
 
 

@@ -38,7 +38,7 @@ class KubeflowEnvironment(ClusterEnvironment):
 
     def world_size(self) -> int:
         """``WORLD_SIZE``."""
-        return read_int("WORLD_SIZE")
+        return read_int("WORLD_SIZE", minimum=1)
 
     def set_world_size(self, size: int) -> None:
         """Ignored: the operator's ``WORLD_SIZE`` is authoritative."""

@@ -56,7 +56,7 @@ class TorchElasticEnvironment(ClusterEnvironment):
 
     def world_size(self) -> int:
         """``WORLD_SIZE``."""
-        return read_int("WORLD_SIZE")
+        return read_int("WORLD_SIZE", minimum=1)
 
     def set_world_size(self, size: int) -> None:
         """Ignored: torchrun's ``WORLD_SIZE`` is authoritative (:meth:`validate_settings` checks it)."""

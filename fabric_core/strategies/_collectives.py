@@ -6,6 +6,12 @@ every rank sees all descriptions and takes the same decision: raise the same err
 The packet also carries the tensors' bytes when they fit, so a small dict of metrics costs one collective
 instead of one per tensor; larger collections take one more collective, with all tensors of a device packed
 into one buffer.
+
+``all_reduce`` cannot afford that packet on every call (it would double the cost of a small reduction), so
+it exchanges the shape and dtype only the first time a (shape, dtype, group) signature is seen. Every rank
+adds a signature to its cache only after all ranks agreed on it, so the caches stay the same on every rank
+and a later call that hits the cache costs one set lookup. A mismatch on a first use raises the same error
+on every rank; a mismatch between two signatures each rank had already agreed on still reaches the backend.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from torch import Tensor
 from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.apply_func import apply_to_collection
 
-__all__ = ["REDUCE_OP_NAMES", "all_gather", "all_reduce", "only_tensors", "resolve_reduce_op"]
+__all__ = ["REDUCE_OP_NAMES", "agree_on_signature", "all_gather", "all_reduce", "only_tensors", "resolve_reduce_op"]
 
 _SUM: Final = dist.ReduceOp.SUM
 _OPS: Final[dict[str, Any]] = {
@@ -56,6 +62,10 @@ _INLINE_BUDGET: Final = 256 * 1024
 # Segments in the packed byte buffer start at multiples of this, so that viewing them back as any dtype
 # (complex128 is the widest) is aligned.
 _ALIGN: Final = 16
+#: ``(shape, dtype, group)`` of the tensors all ranks have reduced together. Identical on every rank: a
+#: signature enters it only after every rank agreed on it, and it is cleared (everywhere at once) when full.
+AGREED: Final[set[tuple[Any, ...]]] = set()
+_MAX_AGREED: Final = 4096
 
 
 def resolve_reduce_op(reduce_op: str | Any | None) -> tuple[Any, bool]:
@@ -97,6 +107,8 @@ def all_reduce(tensor: Tensor, group: Any, op: Any, divide: bool) -> Tensor:
     integer and bool tensors keep their dtype: the sum is divided by the world size and truncated toward
     zero (``mean([1, 2]) == 1``). Convert to a floating dtype first for an exact mean.
     """
+    if (tensor.shape, tensor.dtype, group) not in AGREED:  # a first use: gloo aborts on mismatched shapes
+        agree_on_signature(tensor, group)
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     dist.all_reduce(tensor, op=op, group=group)
@@ -107,6 +119,34 @@ def all_reduce(tensor: Tensor, group: Any, op: Any, divide: bool) -> Tensor:
         else:
             tensor.copy_(torch.div(tensor, world_size, rounding_mode="trunc"))
     return tensor
+
+
+def agree_on_signature(tensor: Tensor, group: Any) -> None:
+    """Check, with one small collective, that every rank reduces a tensor of this shape and dtype.
+
+    Called by every rank at its first reduction of a signature; the signature is then cached.
+
+    Raises:
+        ValueError: On every rank alike, naming each rank's shape and dtype, when they differ. No collective
+            runs on the data then, so the process group stays usable.
+    """
+    world_size = dist.get_world_size(group)
+    description = _describe([tensor])
+    header = [len(description), *description] if len(description) < _HEADER_SLOTS else [len(description)]
+    slots = torch.tensor(header + [0] * (_HEADER_SLOTS - len(header)), dtype=torch.int64, device=tensor.device)
+    packets = _gather_flat(slots, group, world_size).view(world_size, -1)
+    descriptions = _read_descriptions(packets.view(torch.uint8), description, group, tensor.device, world_size)
+    if any(d != descriptions[0] for d in descriptions):
+        detail = ", ".join(f"rank {r}: {_decode(d)[0]}" for r, d in enumerate(descriptions))
+        raise ValueError(
+            f"`all_reduce` needs a tensor of the same shape and dtype on every rank, but the ranks passed "
+            f"different ones ({detail}). Reduce tensors of a common shape (pad them first, e.g. with "
+            "`fabric_core.utilities.operations.pad_across_processes`), or gather differently shaped tensors "
+            "with `fabric_core.utilities.operations.gather_object`."
+        )
+    if len(AGREED) >= _MAX_AGREED:
+        AGREED.clear()
+    AGREED.add((tensor.shape, tensor.dtype, group))
 
 
 def all_gather(data: Any, group: Any, device: torch.device, sync_grads: bool = False) -> Any:

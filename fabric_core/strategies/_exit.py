@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 from types import TracebackType
+from typing import Any, Final
 
 import torch.distributed as dist
 
-__all__ = ["bounded_barrier", "failed", "record_failure", "watch_uncaught_exceptions"]
+from fabric_core.errors import InvalidConfigError
+
+__all__ = [
+    "EXIT_TIMEOUT_VARIABLE",
+    "bounded_barrier",
+    "exit_timeout",
+    "failed",
+    "record_failure",
+    "watch_uncaught_exceptions",
+]
+
+#: Seconds the ranks wait for each other when the process group is closed (at teardown and at exit).
+EXIT_TIMEOUT_VARIABLE: Final = "FABRIC_CORE_EXIT_TIMEOUT"
+# Ranks that finish normally reach the end within moments of each other; a rank that has not come after
+# this long is stuck (e.g. in a collective this rank never issues) and waiting longer only delays the error.
+_DEFAULT_EXIT_SECONDS: Final = 60.0
 
 _failed = False
+_rounds = 0
 
 
 def record_failure() -> None:
@@ -38,14 +56,78 @@ def watch_uncaught_exceptions() -> None:
     sys.excepthook = hook
 
 
-def bounded_barrier(timeout: timedelta) -> None:
-    """A barrier that gives up, silently, instead of hanging when a peer is gone."""
+def exit_timeout() -> timedelta:
+    """How long the ranks wait for each other when the process group closes: :data:`EXIT_TIMEOUT_VARIABLE`.
+
+    Raises:
+        InvalidConfigError: The variable is not a positive number of seconds.
+    """
+    raw = os.environ.get(EXIT_TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return timedelta(seconds=_DEFAULT_EXIT_SECONDS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise InvalidConfigError(
+            f"The environment variable {EXIT_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds "
+            f"(how long the ranks wait for each other at exit; default {_DEFAULT_EXIT_SECONDS:.0f}).",
+            argument=EXIT_TIMEOUT_VARIABLE,
+            value=raw,
+        )
+    return timedelta(seconds=seconds)
+
+
+def bounded_barrier(timeout: timedelta) -> bool:
+    """Meet the other ranks, waiting at most ``timeout``; say on stderr which ranks did not come.
+
+    gloo meets through ``monitored_barrier`` (which names the missing ranks); other backends through the
+    process group's key-value store, so that a peer stuck in a collective cannot hold this rank too.
+
+    Returns:
+        Whether every rank arrived.
+    """
+    rank = dist.get_rank()
     try:
         if dist.get_backend() == "gloo":
-            dist.monitored_barrier(timeout=timeout)
+            dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
         else:
-            work = dist.barrier(async_op=True)
-            assert work is not None
-            work.wait(timeout=timeout)
-    except Exception:  # a peer that died closed its connections: there is nothing left to wait for
-        pass
+            _store_barrier(timeout)
+    except Exception as error:  # a peer is stuck, or died and closed its connections
+        print(
+            f"[fabric-core rank {rank}] the ranks did not all reach the end of the job within "
+            f"{timeout.total_seconds():g} s ({EXIT_TIMEOUT_VARIABLE}); closing without them. "
+            f"A rank that did not arrive is stuck (e.g. in a collective the others never issue) or failed. "
+            f"Cause: {_first_line(error)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    return True
+
+
+def _store_barrier(timeout: timedelta) -> None:
+    global _rounds
+    _rounds += 1
+    store = dist.distributed_c10d._get_default_store()
+    prefix = f"fabric_core/exit/{_rounds}/"
+    store.set(f"{prefix}{dist.get_rank()}", "1")
+    keys = [f"{prefix}{r}" for r in range(dist.get_world_size())]
+    try:
+        store.wait(keys, timeout)
+    except Exception:
+        missing = [r for r, key in enumerate(keys) if not _arrived(store, key)]
+        raise RuntimeError(f"ranks {missing} did not arrive") from None
+
+
+def _arrived(store: Any, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:  # the store's server (rank 0) is gone
+        return False
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from fabric_core.environments._env import check_process_variables
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
-from fabric_core.strategies import _collectives, _exit
+from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 
@@ -303,9 +304,19 @@ class ParallelStrategy(Strategy):
         self._root_device = None
         if environment is None:
             return
+        check_process_variables()
         # The local rank is known from here on: the device lookup on every collective need not re-read it.
         if self._parallel_devices:
-            self._root_device = self._parallel_devices[self.local_rank]
+            local_rank, count = self.local_rank, len(self._parallel_devices)
+            if not 0 <= local_rank < count:
+                source = "" if "LOCAL_RANK" in os.environ else f" (from {type(environment).__name__})"
+                raise InvalidConfigError(
+                    f"LOCAL_RANK={local_rank}{source}, but this job has {count} device(s) on each node (local "
+                    f"ranks 0 to {count - 1}). Set LOCAL_RANK below {count}, or ask for more devices.",
+                    argument="LOCAL_RANK",
+                    value=local_rank,
+                )
+            self._root_device = self._parallel_devices[local_rank]
         environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
         environment.set_world_size(self._num_nodes * self.num_processes)
         from fabric_core.utilities.rank_zero import rank_zero_only
@@ -332,19 +343,27 @@ class ParallelStrategy(Strategy):
         environment = self._cluster_environment
         if environment is None:
             raise RuntimeError(f"`{type(self).__name__}` needs a cluster environment to create a process group.")
-        os.environ["MASTER_ADDR"] = environment.main_address
-        os.environ["MASTER_PORT"] = str(environment.main_port)
+        port_was_set = "MASTER_PORT" in os.environ
+        address, port = environment.main_address, environment.main_port
+        # An environment that had no port picked one just now, in this process: no other rank can know it.
+        port_chosen_here = not port_was_set and "MASTER_PORT" in os.environ
+        os.environ["MASTER_ADDR"] = address
+        os.environ["MASTER_PORT"] = str(port)
         kwargs: dict[str, Any] = {}
         if self.root_device.type != "cpu":
             kwargs["device_id"] = self.root_device
-        dist.init_process_group(
+        _rendezvous.init_process_group(
             self.process_group_backend,
+            address=address,
+            port=port,
             rank=self.global_rank,
             world_size=self.world_size,
             timeout=self._timeout,
+            port_chosen_here=port_chosen_here,
             **kwargs,
         )
         self._device_for_collectives = self.root_device
+        _watchdog.start(self.global_rank)
         if not self._exit_hook_registered:
             # A process that exits with its process group alive can abort in gloo's destructors
             # ("terminate called without an active exception"); finished jobs must exit 0.
@@ -373,6 +392,8 @@ class ParallelStrategy(Strategy):
 
         Raises:
             InvalidConfigError: An unknown ``reduce_op``.
+            ValueError: On every rank alike, when the ranks pass tensors of different shapes or dtypes the
+                first time this (shape, dtype, group) is reduced (instead of an abort in gloo).
         """
         # Inline, without helper calls: every microsecond before a small collective is paid again as the
         # other rank's wait (it is on the critical path of both).
@@ -473,5 +494,7 @@ class ParallelStrategy(Strategy):
         if not self._distributed():
             return
         if meet_peers:
-            _exit.bounded_barrier(self._timeout)
+            # Bounded by seconds, not by the collective timeout: a peer stuck in a collective would
+            # otherwise hold this rank for the whole process-group timeout (30 min by default).
+            _exit.bounded_barrier(_exit.exit_timeout())
         dist.destroy_process_group()

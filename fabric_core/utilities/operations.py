@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.strategies import _collectives
 from fabric_core.utilities._active import get_active_strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core.utilities.structures import (
@@ -245,6 +246,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     def one(t: Tensor) -> Tensor:
         result = t.clone()
         if distributed:
+            if (result.shape, result.dtype, None) not in _collectives.AGREED:
+                _collectives.agree_on_signature(result, None)
             dist.all_reduce(result, op=getattr(dist.ReduceOp, op_name))
         if mean and (world_size > 1 or not (result.is_floating_point() or result.is_complex())):
             result = result / world_size

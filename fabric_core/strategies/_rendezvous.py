@@ -1,0 +1,114 @@
+"""Creating the process group with a rendezvous bounded by seconds, and errors that name the variables."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any, Final
+
+import torch.distributed as dist
+
+from fabric_core.environments._env import check_address, check_port, resolve_address
+from fabric_core.errors import InvalidConfigError, RendezvousError
+
+__all__ = ["RENDEZVOUS_TIMEOUT_VARIABLE", "init_process_group", "rendezvous_timeout"]
+
+#: Seconds the processes of a job wait for each other to create the process group.
+RENDEZVOUS_TIMEOUT_VARIABLE: Final = "FABRIC_CORE_RENDEZVOUS_TIMEOUT"
+# Long enough for the workers of a node to import torch on a busy machine; a job whose processes start
+# minutes apart (nodes started by hand) sets the variable.
+_DEFAULT_SECONDS: Final = 120.0
+_PLACEMENT: Final = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK")
+
+
+def rendezvous_timeout() -> timedelta:
+    """:data:`RENDEZVOUS_TIMEOUT_VARIABLE` (default 120 s).
+
+    Raises:
+        InvalidConfigError: The variable is not a positive number of seconds.
+    """
+    raw = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return timedelta(seconds=_DEFAULT_SECONDS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise InvalidConfigError(
+            f"The environment variable {RENDEZVOUS_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds "
+            f"(how long the processes wait for each other at start; default {_DEFAULT_SECONDS:.0f}).",
+            argument=RENDEZVOUS_TIMEOUT_VARIABLE,
+            value=raw,
+        )
+    return timedelta(seconds=seconds)
+
+
+def init_process_group(
+    backend: str,
+    *,
+    address: str,
+    port: int,
+    rank: int,
+    world_size: int,
+    timeout: timedelta,
+    port_chosen_here: bool,
+    **kwargs: Any,
+) -> None:
+    """Create the default process group at ``address:port``; the meeting itself waits at most the rendezvous
+    timeout, after which the group's collectives get ``timeout``.
+
+    Args:
+        backend: ``"gloo"``, ``"nccl"``, ...
+        address: Where rank 0 listens (``MASTER_ADDR``).
+        port: Its port (``MASTER_PORT``).
+        rank: This process's global rank.
+        world_size: The number of processes.
+        timeout: The collectives' timeout.
+        port_chosen_here: The cluster environment picked ``port`` in this process just now, so no other
+            process can know it.
+        kwargs: Passed on to ``torch.distributed.init_process_group``.
+
+    Raises:
+        InvalidConfigError: A malformed address or port, or a rank other than 0 with a port chosen here.
+        RendezvousError: The processes did not all meet within the rendezvous timeout.
+    """
+    check_address(address)
+    check_port(port)
+    if rank != 0 and port_chosen_here:
+        raise InvalidConfigError(
+            f"This process is rank {rank} of {world_size}{_local_rank_note()}, but MASTER_PORT is not set, so "
+            "it cannot know where rank 0 waits. Start the job with `fabric-core run` or torchrun, which set "
+            "both, or unset LOCAL_RANK to let `fabric.launch()` start the processes.",
+            argument="LOCAL_RANK" if "LOCAL_RANK" in os.environ else "MASTER_PORT",
+            value=os.environ.get("LOCAL_RANK"),
+        )
+    resolve_address(address, port)
+    meeting = rendezvous_timeout()
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=min(meeting, timeout), **kwargs)
+    except Exception as error:
+        raise RendezvousError(
+            f"Rank {rank} of {world_size}{_local_rank_note()} could not meet the other processes at "
+            f"{address}:{port} within {meeting.total_seconds():g} s ({RENDEZVOUS_TIMEOUT_VARIABLE}). Some "
+            "processes were not started, started with other values, or failed. This process has "
+            f"{_placement()}. ({type(error).__name__}: {_first_line(error)})"
+        ) from error
+    if meeting < timeout:
+        # The meeting is over: collectives (and NCCL's lazy connection setup, through the store) get the
+        # job's timeout, not the rendezvous one.
+        dist.distributed_c10d._set_pg_timeout(timeout)
+        dist.distributed_c10d._get_default_store().set_timeout(timeout)
+
+
+def _local_rank_note() -> str:
+    return f" (LOCAL_RANK={os.environ['LOCAL_RANK']})" if "LOCAL_RANK" in os.environ else ""
+
+
+def _placement() -> str:
+    return ", ".join(f"{name}={os.environ[name]}" if name in os.environ else f"{name} unset" for name in _PLACEMENT)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
