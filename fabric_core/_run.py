@@ -17,7 +17,7 @@ from fabric_core._arguments import ENV_OVERRIDES
 from fabric_core._manager import PluginManager
 from fabric_core._run_checks import MULTI_NODE_PORT, rendezvous_options
 from fabric_core._run_checks import num_processes as _num_processes
-from fabric_core._run_worker import LAUNCHER_PID_ENV
+from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import InvalidConfigError, UnknownNameError
 
 __all__ = ["add_run_parser", "run_command"]
@@ -89,7 +89,7 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         "num_nodes": str(args.num_nodes),
         "precision": args.precision,
     }
-    os.environ["FABRIC_CORE_CLI_USED"] = "1"
+    os.environ[CLI_ENV] = "1"
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     for arg, var in ENV_OVERRIDES.items():
         if values[arg] is not None:

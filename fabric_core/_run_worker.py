@@ -24,17 +24,43 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["LAUNCHER_PID_ENV", "WATCH_SECONDS", "tie_to_launcher", "under_launcher", "watch_parent"]
+__all__ = ["CLI_ENV", "LAUNCHER_PID_ENV", "WATCH_SECONDS", "launched_by_cli", "tie_to_launcher", "watch_parent"]
 
+#: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
+CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
 #: Set by ``fabric-core run`` to its own PID; every worker's parent is that process.
 LAUNCHER_PID_ENV: Final = "FABRIC_CORE_LAUNCHER_PID"
 #: How often the fallback watcher looks at the parent.
 WATCH_SECONDS: Final = 0.5
 
 
-def under_launcher() -> bool:
-    """Whether this process was started by the ``fabric-core run`` named in ``FABRIC_CORE_LAUNCHER_PID``."""
-    return os.environ.get(LAUNCHER_PID_ENV) == str(os.getppid())
+def launched_by_cli() -> bool:
+    """Whether ``fabric-core run`` started this process (``FABRIC_CORE_CLI_USED=1``), so ``Fabric()`` joins it.
+
+    Raises:
+        InvalidConfigError: ``FABRIC_CORE_CLI_USED=1`` in a process that no ``fabric-core run`` started (the
+            variable leaked into a shell): joining would wait for processes that do not exist, forever.
+    """
+    if os.environ.get(CLI_ENV) != "1":
+        return False
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher != str(os.getppid()):
+        from fabric_core.errors import InvalidConfigError
+
+        started_by = (
+            f"its parent (pid {os.getppid()}) is not the launcher in {LAUNCHER_PID_ENV}={launcher}"
+            if launcher
+            else f"{LAUNCHER_PID_ENV} is not set"
+        )
+        raise InvalidConfigError(
+            f"{CLI_ENV}=1 is set, but this process was not started by `fabric-core run` ({started_by}), so "
+            "the other processes it would wait for do not exist. The variable probably leaked into this shell: "
+            f"`unset {CLI_ENV}` (and the other FABRIC_CORE_* variables you did not mean to set), or start the "
+            "script with `fabric-core run`.",
+            argument=CLI_ENV,
+            value=os.environ.get(CLI_ENV),
+        )
+    return True
 
 
 def _die() -> None:

@@ -200,3 +200,21 @@ def test_contradictions_are_refused_before_any_worker_starts(
     assert code == 2, err[-3000:]
     assert named in err and "Traceback" not in err, err[-3000:]
     assert list(tmp_path.glob("started*")) == []
+
+
+# -- item 11 (part): FABRIC_CORE_CLI_USED=1 leaked into a shell ------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_leaked_cli_variable_without_a_launcher_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    from fabric_core.testing import run_in_own_session
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from fabric_core import Fabric\nFabric(accelerator='cpu', strategy='ddp', devices=2)\nprint('constructed')\n"
+    )
+    # Before the fix this waited for a rank 1 that nobody starts (the 30-minute rendezvous timeout).
+    done = run_in_own_session([sys.executable, str(script)], timeout=50, env=environment(FABRIC_CORE_CLI_USED="1"))
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "FABRIC_CORE_CLI_USED=1 is set, but this process was not started by `fabric-core run`" in done.stdout
+    assert "unset FABRIC_CORE_CLI_USED" in done.stdout and "constructed" not in done.stdout
