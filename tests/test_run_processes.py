@@ -218,3 +218,40 @@ def test_a_leaked_cli_variable_without_a_launcher_is_an_error_not_a_hang(tmp_pat
     assert done.returncode == 1, done.stdout[-3000:]
     assert "FABRIC_CORE_CLI_USED=1 is set, but this process was not started by `fabric-core run`" in done.stdout
     assert "unset FABRIC_CORE_CLI_USED" in done.stdout and "constructed" not in done.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_portable_watcher_alone_ends_an_orphaned_worker(tmp_path: Path) -> None:
+    """Without the parent-death signal (macOS, or a launcher that could not set it), the watcher thread does it."""
+    pid_file = tmp_path / "pid-grandchild"
+    grandchild = (
+        "import os, sys, time\n"
+        "from fabric_core._run_worker import watch_parent\n"
+        "watch_parent(os.getppid(), interval=0.1)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "while True: time.sleep(0.2)\n"
+    )
+    middle = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {grandchild!r}])\ntime.sleep(60)\n"
+    parent = subprocess.Popen([sys.executable, "-c", middle], env=environment(), start_new_session=True)
+    try:
+        end = time.monotonic() + 40
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert alive(pid)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        wait_gone([pid], 10)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+        if pid_file.exists() and pid_file.read_text() and alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_worker_whose_launcher_is_already_gone_ends_at_once() -> None:
+    from fabric_core.testing import run_in_own_session
+
+    code = "from fabric_core._run_worker import tie_to_launcher\ntie_to_launcher(1)\nprint('survived')\n"
+    done = run_in_own_session([sys.executable, "-c", code], timeout=30, env=environment())
+    assert done.returncode == -signal.SIGKILL and "survived" not in done.stdout
