@@ -22,6 +22,7 @@ keys = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 if mode == "exit7" and rank == "1":
     while len(list(outdir.glob("pid*"))) < 2:
         time.sleep(0.05)
+    (outdir / "failed_at").write_text(repr(time.time()))
     sys.exit(7)
 while True:
     time.sleep(0.2)
