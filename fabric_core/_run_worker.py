@@ -95,7 +95,7 @@ def tie_to_launcher(launcher: int) -> None:
     if sys.platform == "linux":
         from fabric_core.launchers.subprocess_script import _die_with_parent
 
-        _die_with_parent()
+        _die_with_parent(launcher)
     # Checked after asking for the signal: a launcher that died before that point would never send it.
     if os.getppid() != launcher:
         _die()
