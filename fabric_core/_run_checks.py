@@ -50,7 +50,7 @@ def num_processes(manager: PluginManager, args: argparse.Namespace) -> int:
         if str(args.devices).strip() == "-1":
             hint = " (`--devices -1` means every GPU; on this accelerator give a count >= 1, or 'auto')"
         raise InvalidConfigError(
-            f"fabric-core run --devices {args.devices} --num-nodes {args.num_nodes}: {exc}{hint}",
+            f"`--devices {args.devices} --num-nodes {args.num_nodes}`: {exc}{hint}",
             argument=exc.argument,
             value=exc.value,
         ) from None
@@ -58,7 +58,7 @@ def num_processes(manager: PluginManager, args: argparse.Namespace) -> int:
     cls = ctx.strategy_class
     if ctx.world_size > 1 and cls is not None and not issubclass(cls, ParallelStrategy):
         raise InvalidConfigError(
-            f"`fabric-core run --strategy {args.strategy} --devices {args.devices} --num-nodes {args.num_nodes}`: "
+            f"`--strategy {args.strategy} --devices {args.devices} --num-nodes {args.num_nodes}`: "
             f"strategy {ctx.strategy!r} runs one process, but these options ask for {ctx.world_size}. Use "
             "`--devices 1 --num-nodes 1`, or a strategy for several processes (e.g. 'ddp'; "
             "`fabric-core list-plugins --kind strategy --all` lists them).",
