@@ -277,3 +277,12 @@ def test_sigkill_of_rank_0_takes_the_ranks_it_started_with_it(tmp_path: Path) ->
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_master_port_in_the_environment_is_refused(tmp_path: Path, reaper: list[subprocess.Popen[str]]) -> None:
+    job = start("--accelerator", "cpu", outdir=tmp_path, mode="sleep", MASTER_PORT="0")
+    reaper.append(job)
+    code, err = finish(job, 50)
+    assert code == 2 and "MASTER_PORT='0'" in err and "1 to 65535" in err, err[-3000:]
+    assert list(tmp_path.glob("started*")) == []
