@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
 from fabric_core._arguments import ENV_OVERRIDES
 from fabric_core._manager import PluginManager
-from fabric_core._registry import Spec
+from fabric_core._run_checks import MULTI_NODE_PORT, rendezvous_options
+from fabric_core._run_checks import num_processes as _num_processes
+from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import InvalidConfigError, UnknownNameError
 
 __all__ = ["add_run_parser", "run_command"]
@@ -33,26 +36,21 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument("--devices", default="1", help="Devices per node: a count, 'auto', or ids like '0,1'.")
     run.add_argument("--num-nodes", "--num_nodes", dest="num_nodes", type=int, default=1)
     run.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
-    run.add_argument("--main-address", "--main_address", dest="main_address", default="127.0.0.1")
-    run.add_argument("--main-port", "--main_port", dest="main_port", type=int, default=29400)
+    run.add_argument(
+        "--main-address",
+        "--main_address",
+        dest="main_address",
+        default=None,
+        help="Address of node 0 (default: MASTER_ADDR, else 127.0.0.1).",
+    )
+    run.add_argument(
+        "--main-port",
+        "--main_port",
+        dest="main_port",
+        default=None,
+        help=f"Port on node 0 (default: MASTER_PORT, else {MULTI_NODE_PORT} with several nodes, else a free port).",
+    )
     run.add_argument("--precision", default=None, help="Precision, e.g. 32-true, bf16-mixed.")
-
-
-def _num_processes(manager: PluginManager, accelerator: str | None, devices: str) -> int:
-    """How many processes per node ``--devices`` means on the accelerator."""
-    from fabric_core._selection import SelectionContext
-
-    requested = (accelerator or "auto").lower()
-    ctx = SelectionContext(catalog=manager.catalog)
-    answer, _ = manager.select_accelerator(requested, ctx)
-    name = answer.name if isinstance(answer, Spec) else answer
-    cls = manager.catalog.get("accelerator", name, argument="fabric-core run --accelerator ...").load()
-    value: Any = devices.strip()
-    if value.lower() in ("auto", "-1"):
-        return int(cls.auto_device_count())
-    if value.isdigit():
-        value = int(value)
-    return len(cls.get_parallel_devices(cls.parse_devices(value)))
 
 
 def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
@@ -76,14 +74,14 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         raise InvalidConfigError(
             f"`fabric-core run {args.script}`: no such file.", argument="script", value=args.script
         )
-    if args.num_nodes < 1 or not 0 <= args.node_rank < args.num_nodes:
+    if not 0 <= args.node_rank < max(args.num_nodes, 1):
         raise InvalidConfigError(
-            f"`--num-nodes {args.num_nodes} --node-rank {args.node_rank}`: need num_nodes >= 1 and "
-            "0 <= node_rank < num_nodes.",
+            f"`--node-rank {args.node_rank}` with `--num-nodes {args.num_nodes}`: need 0 <= node_rank < num_nodes.",
             argument="node_rank",
             value=args.node_rank,
         )
-    nprocs = _num_processes(manager, args.accelerator, args.devices)
+    nprocs = _num_processes(manager, args)
+    rendezvous = rendezvous_options(args.num_nodes, args.main_address, args.main_port, os.environ)
     values = {
         "accelerator": args.accelerator,
         "strategy": args.strategy,
@@ -91,7 +89,8 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         "num_nodes": str(args.num_nodes),
         "precision": args.precision,
     }
-    os.environ["FABRIC_CORE_CLI_USED"] = "1"
+    os.environ[CLI_ENV] = "1"
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     for arg, var in ENV_OVERRIDES.items():
         if values[arg] is not None:
             os.environ[var] = values[arg]
@@ -100,18 +99,43 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         f"--nproc_per_node={nprocs}",
         f"--nnodes={args.num_nodes}",
         f"--node_rank={args.node_rank}",
-        f"--master_addr={args.main_address}",
-        f"--master_port={args.main_port}",
+        *rendezvous,
+        # Every worker starts in fabric_core._run_worker, which ties it to this process, then runs the script.
+        "--module",
+        "fabric_core._run_worker",
         args.script,
         *args.script_args,
     ]
+    return _torchrun(torchrun_args)
+
+
+def _torchrun(torchrun_args: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
     try:
         torchrun(torchrun_args)
     except SystemExit as exc:  # torchrun exits through sys.exit on success and failure alike
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    except Exception as exc:  # a failed child surfaces as ChildFailedError with its traceback printed
-        print(f"fabric-core run: {exc}", file=sys.stderr)
-        return 1
+    except SignalException as exc:  # torchrun turns SIGTERM/SIGINT/... into this, after stopping the workers
+        print(
+            f"fabric-core run: stopped by {signal.Signals(exc.sigval).name}; the workers were stopped.", file=sys.stderr
+        )
+        return 128 + int(exc.sigval)
+    except KeyboardInterrupt:  # Ctrl-C before torchrun took over the signals
+        return 128 + signal.SIGINT
+    except ChildFailedError as exc:  # the failing worker's traceback is on stderr already
+        rank, failure = exc.get_first_failure()
+        code = failure.exitcode
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        print(
+            f"fabric-core run: rank {rank} (pid {failure.pid}) {how}; the other workers were stopped.", file=sys.stderr
+        )
+        return shell_code(code)
     return 0
+
+
+def shell_code(code: int) -> int:
+    """A process's exit status as a shell reports it: ``128 + N`` for a death by signal N (``-N``)."""
+    return 128 - code if code < 0 else code

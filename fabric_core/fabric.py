@@ -6,7 +6,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from fabric_core import _fabric_checks as checks
 from fabric_core import wrappers
+from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._selection import select
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
@@ -47,16 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Fabric"]
 
-#: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
-CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
-
 
 def _do_nothing(*_: Any) -> None:
     pass
-
-
-def _launched_by_cli() -> bool:
-    return os.environ.get(CLI_ENV) == "1"
 
 
 class Fabric:

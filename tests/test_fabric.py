@@ -157,6 +157,7 @@ def test_construction_makes_the_strategy_active() -> None:
 
 def test_cli_launch_sets_up_the_environment_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRIC_CORE_CLI_USED", "1")
+    monkeypatch.setenv("FABRIC_CORE_LAUNCHER_PID", str(os.getppid()))  # as `fabric-core run` sets it
     strategy = MultiProcessStrategy()
     fabric = make_fabric(strategy=strategy)
     assert strategy.environments_set_up == 1
@@ -420,6 +421,7 @@ def test_overridden_run_and_the_cli_do_not_mix(monkeypatch: pytest.MonkeyPatch) 
             pass
 
     monkeypatch.setenv("FABRIC_CORE_CLI_USED", "1")
+    monkeypatch.setenv("FABRIC_CORE_LAUNCHER_PID", str(os.getppid()))  # as `fabric-core run` sets it
     with pytest.raises(TypeError, match=r"Overriding `Fabric.run\(\)` and launching from the CLI is not allowed."):
         Trainer(accelerator="cpu", plugin_manager=make_manager())
 

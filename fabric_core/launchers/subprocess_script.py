@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import subprocess
@@ -78,7 +79,7 @@ class SubprocessScriptLauncher(Launcher):
         command = script_command()
         for local_rank in range(1, self.num_processes):
             env = {**os.environ, "LOCAL_RANK": str(local_rank)}
-            preexec = _die_with_parent if sys.platform == "linux" else None
+            preexec = functools.partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None
             self.children.append(subprocess.Popen(command, env=env, preexec_fn=preexec))
         if not self.children:
             return
@@ -184,8 +185,13 @@ def script_command(orig_argv: Sequence[str] | None = None) -> list[str]:
     return [sys.executable, *options, *rest]
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the parent dies, so no rank outlives a killed job."""
+def _die_with_parent(parent: int | None = None) -> None:
+    """In the child before exec: get SIGKILL when the parent dies, so no rank outlives a killed job.
+
+    Args:
+        parent: The parent's PID: if it died before the signal was asked for (it would never come), this
+            process ends here.
+    """
     import ctypes
 
     try:
@@ -193,3 +199,5 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)

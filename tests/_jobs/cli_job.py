@@ -7,6 +7,7 @@ Each rank writes OUTDIR/rank<global rank>.json when it is done.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,5 +38,6 @@ report = {
     "environment": type(fabric.strategy.cluster_environment).__name__,
     "precision": type(fabric.strategy.precision).__name__,
     "synchronised": bool(torch.equal(weights[0], weights[-1])),
+    "master_port": os.environ.get("MASTER_PORT"),
 }
 Path(outdir, f"rank{fabric.global_rank}.json").write_text(json.dumps(report))

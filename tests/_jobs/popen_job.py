@@ -2,7 +2,7 @@
 
 Usage: python popen_job.py MODE OUTDIR   (or python -m popen_job MODE OUTDIR)
 MODE: ok (report the environment and an all_reduce), fail0 / fail1 (that rank raises while the other
-waits in a collective).
+waits in a collective), sleep (both ranks sleep until killed).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -28,6 +29,8 @@ def main(mode: str, outdir: str) -> None:
     SubprocessScriptLauncher(environment, num_processes=2, num_nodes=1).launch(strategy.setup_environment)
     rank = strategy.global_rank
     Path(outdir, f"pid{rank}").write_text(str(os.getpid()))
+    while mode == "sleep":
+        time.sleep(0.2)
     if mode == f"fail{rank}":
         strategy.barrier()
         raise RuntimeError(f"rank {rank} failed on purpose")
