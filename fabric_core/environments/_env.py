@@ -17,6 +17,7 @@ __all__ = [
     "check_world_size",
     "find_free_network_port",
     "read_int",
+    "read_seconds",
     "read_str",
     "resolve_address",
 ]
@@ -69,6 +70,34 @@ def read_int(name: str, default: int | None = None, *, minimum: int | None = Non
             f"The environment variable {name}={raw!r} must be an integer >= {minimum}.", argument=name, value=raw
         )
     return value
+
+
+def read_seconds(name: str, default: float, meaning: str, *, zero_allowed: bool = False) -> float:
+    """Return the environment variable ``name`` as a finite number of seconds, or ``default`` when unset or blank.
+
+    Args:
+        name: The variable, e.g. ``"FABRIC_CORE_EXIT_TIMEOUT"``.
+        default: The seconds when the variable is unset.
+        meaning: What the delay bounds, for the error message (e.g. "how long the ranks wait at exit").
+        zero_allowed: Accept ``0`` (a delay that ``0`` turns off).
+
+    Raises:
+        InvalidConfigError: The variable is not a number, is negative or infinite, or is ``0`` where not allowed.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    valid = (seconds >= 0 if zero_allowed else seconds > 0) and seconds != float("inf")
+    if not valid:
+        wanted = "a number of seconds >= 0" if zero_allowed else "a positive number of seconds"
+        raise InvalidConfigError(
+            f"The environment variable {name}={raw!r} is not {wanted} ({meaning}).", argument=name, value=raw
+        )
+    return seconds
 
 
 def check_process_variables() -> None:

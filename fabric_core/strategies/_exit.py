@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from datetime import timedelta
 from types import TracebackType
@@ -10,7 +9,7 @@ from typing import Any, Final
 
 import torch.distributed as dist
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.environments._env import read_seconds
 
 __all__ = [
     "EXIT_TIMEOUT_VARIABLE",
@@ -62,21 +61,8 @@ def exit_timeout() -> timedelta:
     Raises:
         InvalidConfigError: The variable is not a positive number of seconds.
     """
-    raw = os.environ.get(EXIT_TIMEOUT_VARIABLE, "").strip()
-    if not raw:
-        return timedelta(seconds=_DEFAULT_EXIT_SECONDS)
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise InvalidConfigError(
-            f"The environment variable {EXIT_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds "
-            f"(how long the ranks wait for each other at exit; default {_DEFAULT_EXIT_SECONDS:.0f}).",
-            argument=EXIT_TIMEOUT_VARIABLE,
-            value=raw,
-        )
-    return timedelta(seconds=seconds)
+    meaning = f"how long the ranks wait for each other at exit; default {_DEFAULT_EXIT_SECONDS:.0f}"
+    return timedelta(seconds=read_seconds(EXIT_TIMEOUT_VARIABLE, _DEFAULT_EXIT_SECONDS, meaning))
 
 
 def bounded_barrier(timeout: timedelta) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import torch.distributed as dist
 
-from fabric_core.environments._env import check_address, check_port, resolve_address
+from fabric_core.environments._env import check_address, check_port, read_seconds, resolve_address
 from fabric_core.errors import InvalidConfigError, RendezvousError
 
 __all__ = ["RENDEZVOUS_TIMEOUT_VARIABLE", "init_process_group", "rendezvous_timeout"]
@@ -27,21 +27,8 @@ def rendezvous_timeout() -> timedelta:
     Raises:
         InvalidConfigError: The variable is not a positive number of seconds.
     """
-    raw = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "").strip()
-    if not raw:
-        return timedelta(seconds=_DEFAULT_SECONDS)
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise InvalidConfigError(
-            f"The environment variable {RENDEZVOUS_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds "
-            f"(how long the processes wait for each other at start; default {_DEFAULT_SECONDS:.0f}).",
-            argument=RENDEZVOUS_TIMEOUT_VARIABLE,
-            value=raw,
-        )
-    return timedelta(seconds=seconds)
+    meaning = f"how long the processes wait for each other at start; default {_DEFAULT_SECONDS:.0f}"
+    return timedelta(seconds=read_seconds(RENDEZVOUS_TIMEOUT_VARIABLE, _DEFAULT_SECONDS, meaning))
 
 
 def init_process_group(

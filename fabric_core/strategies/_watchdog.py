@@ -16,7 +16,7 @@ import time
 from types import FrameType
 from typing import Final
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.environments._env import read_seconds
 
 __all__ = ["HANG_WARN_VARIABLE", "hang_warn_seconds", "start"]
 
@@ -34,21 +34,8 @@ def hang_warn_seconds() -> float:
     Raises:
         InvalidConfigError: The variable is not a number of seconds >= 0.
     """
-    raw = os.environ.get(HANG_WARN_VARIABLE, "").strip()
-    if not raw:
-        return _DEFAULT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):
-        raise InvalidConfigError(
-            f"The environment variable {HANG_WARN_VARIABLE}={raw!r} is not a number of seconds >= 0 "
-            "(0 turns the reports of waiting collectives off).",
-            argument=HANG_WARN_VARIABLE,
-            value=raw,
-        )
-    return seconds
+    meaning = "0 turns the reports of waiting collectives off"
+    return read_seconds(HANG_WARN_VARIABLE, _DEFAULT_SECONDS, meaning, zero_allowed=True)
 
 
 def start(rank: int) -> None:
