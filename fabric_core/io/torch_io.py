@@ -288,8 +288,9 @@ class TorchCheckpointIO(CheckpointIO):
             from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
 
             if is_distributed_checkpoint(target):
-                # A sharded checkpoint read whole into this process: any strategy can resume from one.
-                return load_distributed_checkpoint(target, weights_only=weights_only)
+                # A sharded checkpoint read whole into this process: any strategy can resume from one. Given
+                # the path, not its committed name, so that a read racing a replace can start over from it.
+                return load_distributed_checkpoint(path, weights_only=weights_only)
             raise CheckpointError(
                 f"Checkpoint path {os.fspath(target)!r} is a folder but not a sharded checkpoint (it has no "
                 "'.metadata' file written by `torch.distributed.checkpoint`).",
