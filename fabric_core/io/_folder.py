@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Final, TypeVar
 
 from fabric_core.errors import CheckpointError
-from fabric_core.io.atomic import committed_path
+from fabric_core.io.atomic import committed_path, existing_committed_path
 
 __all__ = ["ATTEMPTS", "OpenFolder", "read_one_folder"]
 
@@ -62,7 +62,7 @@ class OpenFolder:
                 break
             except FileNotFoundError:
                 # The `.old` name found a moment ago was renamed back or removed by its writer: look again.
-                if not os.path.lexists(committed_path(self.requested)):
+                if existing_committed_path(self.requested) is None:
                     raise FileNotFoundError(f"Checkpoint folder not found: {os.fspath(path)}") from None
             except NotADirectoryError:
                 raise
@@ -99,7 +99,8 @@ class OpenFolder:
         """``path`` (a file under :attr:`root`) with the folder's name instead of the descriptor's, for messages."""
         text = os.fspath(path)
         root = os.fspath(self.root)
-        return self.path / os.path.relpath(text, root) if text.startswith(root) else Path(text)
+        inside = text == root or text.startswith(root + os.sep)
+        return self.path / os.path.relpath(text, root) if inside else Path(text)
 
     def close(self) -> None:
         """Release the folder."""

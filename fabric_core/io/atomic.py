@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Final, Protocol, TypeVar
 __all__ = [
     "atomic_write",
     "committed_path",
+    "existing_committed_path",
     "remove_stale_temps",
     "replace_path",
     "temp_path_for",
@@ -162,6 +163,19 @@ def committed_path(target: PathLike) -> Path:
         return target
     olds = sorted((e for e, suffix, _, _ in _leftovers(target) if suffix == OLD_SUFFIX), key=_changed, reverse=True)
     return Path(olds[0].path) if olds else target
+
+
+def existing_committed_path(target: PathLike) -> Path | None:
+    """:func:`committed_path` if something is there now, else ``None`` (nothing at ``target`` at all).
+
+    Looks twice: an ``.old`` name found a moment ago may have been removed since, but only after the new
+    checkpoint was put at ``target``, which the second look finds.
+    """
+    for _ in range(2):
+        found = committed_path(target)
+        if found.exists():
+            return found
+    return None
 
 
 _AT_FDCWD: Final = -100

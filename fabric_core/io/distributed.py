@@ -138,14 +138,12 @@ def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = N
         CheckpointError: ``path`` is not a sharded checkpoint folder, a file of it is missing, truncated or
             damaged (``reason="corrupt"``), or holds objects that ``weights_only`` refused (``"unsafe"``).
     """
-    committed = committed_path(path)
-    if not committed.exists():
-        raise FileNotFoundError(f"Checkpoint folder not found: {os.fspath(path)}")
-    if not committed.is_dir():
-        raise _not_sharded(committed)
     # Opened once and read through the descriptor: `.metadata`, the shards and `meta.pt` all come from one
     # folder while another process replaces it; a folder deleted under the read is read again from the path.
-    return read_one_folder(path, lambda folder: _load_open_folder(folder, weights_only))
+    try:
+        return read_one_folder(path, lambda folder: _load_open_folder(folder, weights_only))
+    except NotADirectoryError:
+        raise _not_sharded(committed_path(path)) from None
 
 
 def _not_sharded(path: Path) -> CheckpointError:

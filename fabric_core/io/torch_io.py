@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Final
 import torch
 
 from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
-from fabric_core.io.atomic import atomic_write, committed_path
+from fabric_core.io.atomic import atomic_write, existing_committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
 from fabric_core.utilities.apply_func import apply_to_collection
 
@@ -281,8 +281,8 @@ class TorchCheckpointIO(CheckpointIO):
         """
         # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
         # an `.old` name (see `replace_path`).
-        target = committed_path(_local_path(path, "load_checkpoint"))
-        if not target.exists():
+        target = existing_committed_path(_local_path(path, "load_checkpoint"))
+        if target is None:
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
             from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint

@@ -26,7 +26,7 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._folder import ATTEMPTS, OpenFolder, gave_up, vanished
-from fabric_core.io.atomic import committed_path, write_folder_collectively
+from fabric_core.io.atomic import existing_committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
     SafeFileSystemReader,
@@ -152,8 +152,8 @@ def load(
         CheckpointError: A file of the checkpoint is missing, truncated or damaged, or holds objects that
             ``weights_only`` refused.
     """
-    target = committed_path(path)  # for a moment the previous checkpoint's `.old` name (see `replace_path`)
-    if not target.exists():
+    target = existing_committed_path(path)  # for a moment the previous one's `.old` name (see `replace_path`)
+    if target is None:
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)
     if not state:
@@ -317,7 +317,7 @@ def _agree(
     if failure is None:
         replaced = False
     elif folder is None:  # the path vanished between two saves' renames, or there is nothing there at all
-        replaced = isinstance(failure, OSError) and os.path.lexists(committed_path(path))
+        replaced = isinstance(failure, OSError) and existing_committed_path(path) is not None
     else:
         replaced = vanished(failure) and folder.replaced()
     views = _gather(strategy, (token, None if failure is None else str(failure), replaced))
