@@ -79,3 +79,14 @@ def test_with_a_disk_per_node_each_node_puts_its_own_folder_in_place(tmp_path: P
         assert [p.name for p in (folder / "ckpt").iterdir()] == [f"rank{rank}.txt"]
         assert sorted(p.name for p in folder.iterdir()) == ["ckpt", f"rank{rank}.json"]
     assert [r["leftovers"] for r in reports] == [[], []]
+
+
+def test_one_process_shares_its_filesystem_with_itself_and_a_bad_timeout_is_named(tmp_path: Path) -> None:
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+    from fabric_core.utilities import is_shared_filesystem
+
+    strategy = SingleDeviceStrategy()
+    assert is_shared_filesystem(strategy, tmp_path) is True
+    assert list(tmp_path.iterdir()) == []  # one process: nothing to probe
+    with pytest.raises(ValueError, match=r"timeout=-1"):
+        is_shared_filesystem(strategy, tmp_path, timeout=-1)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fabric_core.errors import CheckpointError
+from fabric_core.io import _folder as reading
 from fabric_core.io import atomic
 from fabric_core.io.atomic import atomic_write, committed_path, remove_stale_temps, replace_path, temp_path_for
 from fabric_core.io.distributed import load_distributed_checkpoint
@@ -133,6 +134,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from fabric_core.errors import CheckpointError
+from fabric_core.io import _folder as reading
 from fabric_core.io import atomic
 from fabric_core.io.torch_io import TorchCheckpointIO
 
@@ -267,14 +269,21 @@ def test_savers_killed_at_random_points_never_lose_the_checkpoint(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "seconds"), [("exchange", 20.0), ("two-renames", 6.0)])
+@pytest.mark.parametrize(
+    ("mode", "descriptor_names", "seconds"),
+    [("exchange", True, 20.0), ("two-renames", True, 6.0), ("exchange", False, 5.0)],
+    ids=["exchange", "two-renames", "exchange-without-proc-fd"],
+)
 def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
-    tmp_path: Path, mode: str, seconds: float
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, descriptor_names: bool, seconds: float
 ) -> None:
     # A real saver process replaces the sharded folder in a loop (versions differ in tensor count and size,
     # every element holds the version, meta.pt names it) while this process loads it whole again and again.
+    # Without /proc/self/fd (macOS) the files are read by path and the folder's identity is checked after.
     if mode == "exchange" and atomic._renameat2 is None:
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
+    if not descriptor_names:
+        monkeypatch.setattr(reading, "_FD_FOLDER", tmp_path / "no-such-folder")
     target = tmp_path / "ckpt"
     savers = subprocess.Popen(
         [sys.executable, "-c", _SAVERS, str(target), mode],
@@ -313,3 +322,21 @@ def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
     assert len(versions) > 10, f"the loads saw only versions {sorted(versions)}: the saver hardly ran"
     assert not mixed, f"{len(mixed)} of {loads} loads mixed checkpoints: {mixed[:3]}"
     assert not errors, f"{len(errors)} of {loads} loads failed: {errors[:3]}"
+
+
+def test_a_folder_replaced_under_every_read_is_an_error_not_a_mix(tmp_path: Path) -> None:
+    target = _folder(tmp_path / "ckpt", "1")
+    reads = 0
+
+    def read_then_lose_a_file(folder: reading.OpenFolder) -> str:
+        nonlocal reads
+        reads += 1
+        replace_path(_write_temp_folder(target, str(reads + 1)), target)  # another process's save
+        return (folder.root / "data").read_text()  # the opened folder was deleted: the file is gone
+
+    with pytest.raises(CheckpointError, match=f"replaced by another process during each of {reading.ATTEMPTS}"):
+        reading.read_one_folder(target, read_then_lose_a_file)
+    assert reads == reading.ATTEMPTS
+    # A file missing from a folder nobody replaced is not retried: the error names it.
+    with pytest.raises(FileNotFoundError, match="missing"):
+        reading.read_one_folder(target, lambda folder: (folder.root / "missing").read_text())
