@@ -145,7 +145,8 @@ def test_a_single_process_without_fsdp_reads_the_sharded_folder(saved: Path) -> 
 def test_ranks_that_opened_different_checkpoints_start_over_and_load_the_same_one(
     run_job: Any, reports: Any, tmp_path: Path
 ) -> None:
-    # Rank 0 holds version 1 (kept whole), rank 1 opened version 2 swapped in meanwhile: each alone would read
-    # one complete folder, so only comparing the save ids of the ranks catches it.
+    # Rank 0 holds version 1, rank 1 opened version 2 swapped in meanwhile. Kept whole, each alone would read one
+    # complete folder, so only comparing the save ids of the ranks catches it; deleted, rank 0's reads fail.
     run_job("fsdp_replace_job.py", tmp_path, timeout=120)
-    assert reports(tmp_path) == [{"version": 2, "values": [2.0], "opens": 2}] * 2
+    loaded_version_2 = {"version": 2, "values": [2.0], "opens": 2}
+    assert reports(tmp_path) == [{"kept": loaded_version_2, "deleted": loaded_version_2}] * 2
