@@ -79,11 +79,6 @@ class OpenFolder:
         if self._fd is None and not self.path.is_dir():
             raise NotADirectoryError(f"Checkpoint path is not a folder: {os.fspath(self.path)}")
 
-    def identity(self) -> tuple[int, int]:
-        """The opened folder's ``(st_dev, st_ino)``."""
-        status = os.fstat(self._fd) if self._fd is not None else os.stat(self.path)
-        return status.st_dev, status.st_ino
-
     def replaced(self) -> bool:
         """Whether the folder at the requested path is no longer the one opened (replaced or deleted)."""
         try:

@@ -282,10 +282,18 @@ def _load_sharded(
 
 
 def _save_id(reader: SafeFileSystemReader, folder: OpenFolder) -> str:
-    """What names the checkpoint a rank opened: the save's uuid in ``.metadata``, else the folder's identity."""
+    """What names the checkpoint a rank opened: the save's uuid in ``.metadata``.
+
+    A folder whose metadata has none (written by another tool) is named by its ``.metadata`` file's inode,
+    modification time and size: the same on every node of a network filesystem (the server's numbers), unlike
+    the device number.
+    """
     storage_meta = reader.read_metadata().storage_meta
     save_id = getattr(storage_meta, "save_id", None)
-    return str(save_id) if save_id else "{}:{}".format(*folder.identity())
+    if save_id:
+        return str(save_id)
+    status = os.stat(folder.root / ".metadata")
+    return f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
 
 
 def _gather(strategy: ShardedStrategy, obj: Any) -> list[Any]:
