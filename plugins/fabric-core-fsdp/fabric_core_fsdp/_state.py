@@ -258,8 +258,10 @@ def _load_sharded(
                         dcp_load(tensors, storage_reader=reader, planner=planner)
                 except CheckpointError as err:
                     # DCP raises one rank's failure on every rank: all take the same branch here.
-                    if not vanished(err) or not _any(strategy, folder.replaced()) or attempt == ATTEMPTS:
+                    if not vanished(err) or not _any(strategy, folder.replaced()):
                         raise
+                    if attempt == ATTEMPTS:
+                        raise gave_up(path, ATTEMPTS) from err
                     continue
         finally:
             if folder is not None:
