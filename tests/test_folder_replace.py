@@ -311,6 +311,7 @@ def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
             problem = _mixed(loaded)
             if problem is not None:
                 mixed.append(problem)
+                continue
             versions.add(int(loaded["version"]))
     finally:
         if saver:
