@@ -9,12 +9,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fabric_core.errors import CheckpointError
+from fabric_core.io import _folder as reading
 from fabric_core.io import atomic
 from fabric_core.io.atomic import atomic_write, committed_path, remove_stale_temps, replace_path, temp_path_for
+from fabric_core.io.distributed import load_distributed_checkpoint
 from fabric_core.io.torch_io import TorchCheckpointIO
 
 needs_exchange = pytest.mark.skipif(atomic._renameat2 is None, reason="renameat2(RENAME_EXCHANGE) is Linux only")
@@ -131,6 +134,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from fabric_core.errors import CheckpointError
+from fabric_core.io import _folder as reading
 from fabric_core.io import atomic
 from fabric_core.io.torch_io import TorchCheckpointIO
 
@@ -185,15 +189,27 @@ def _gone(pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"killed saver {pid} still exists")
 
 
+def _mixed(loaded: dict[str, Any]) -> str | None:
+    """Why ``loaded`` is not exactly one checkpoint of ``_SAVERS``, or ``None`` when it is one."""
+    if "version" not in loaded or "model" not in loaded:
+        return f"keys {sorted(loaded)}: meta.pt or the tensors of another checkpoint"
+    version = loaded["version"]
+    tensors = loaded["model"]
+    if set(tensors) != {f"w{i}" for i in range(1 + version % 4)}:
+        return f"version {version} (meta.pt) with tensors {sorted(tensors)}"
+    for name, tensor in tensors.items():
+        if tensor.numel() != 2**15 * (1 + version % 3) or not bool((tensor == version).all()):
+            values = sorted(set(tensor[::4096].tolist()))
+            return f"version {version} (meta.pt) with {name} of {tensor.numel()} holding {values}"
+    return None
+
+
 def _check_committed(target: Path) -> int:
     """Load the checkpoint at ``target`` whole; return its version after checking every tensor holds it."""
     loaded = TorchCheckpointIO().load_checkpoint(target)
-    version = loaded["version"]
-    tensors = loaded["model"]
-    assert set(tensors) == {f"w{i}" for i in range(1 + version % 4)}, (version, sorted(tensors))
-    for tensor in tensors.values():
-        assert tensor.numel() == 2**15 * (1 + version % 3) and bool((tensor == version).all()), version
-    return int(version)
+    problem = _mixed(loaded)
+    assert problem is None, problem
+    return int(loaded["version"])
 
 
 def _older_leftover(path: Path, version: int) -> bool:
@@ -250,3 +266,78 @@ def test_savers_killed_at_random_points_never_lose_the_checkpoint(tmp_path: Path
     remove_stale_temps(target)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     assert _check_committed(target) >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "descriptor_names", "seconds"),
+    [("exchange", True, 20.0), ("two-renames", True, 6.0), ("exchange", False, 5.0)],
+    ids=["exchange", "two-renames", "exchange-without-proc-fd"],
+)
+def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, descriptor_names: bool, seconds: float
+) -> None:
+    # A real saver process replaces the sharded folder in a loop (versions differ in tensor count and size,
+    # every element holds the version, meta.pt names it) while this process loads it whole again and again.
+    # Without /proc/self/fd (macOS) the files are read by path and the folder's identity is checked after.
+    if mode == "exchange" and atomic._renameat2 is None:
+        pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
+    if not descriptor_names:
+        monkeypatch.setattr(reading, "_FD_FOLDER", tmp_path / "no-such-folder")
+    target = tmp_path / "ckpt"
+    savers = subprocess.Popen(
+        [sys.executable, "-c", _SAVERS, str(target), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert savers.stdin is not None and savers.stdout is not None
+    loads, mixed, errors, versions = 0, list[str](), list[str](), set[int]()
+    saver = 0
+    try:
+        savers.stdout.readline()
+        savers.stdin.write("1000\n")
+        savers.stdin.flush()
+        saver = int(savers.stdout.readline())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            loads += 1
+            try:
+                loaded = load_distributed_checkpoint(target)
+            except (CheckpointError, OSError, RuntimeError, ValueError) as err:  # never a damaged or missing folder
+                errors.append(f"{type(err).__name__}: {err}"[:300])
+                continue
+            problem = _mixed(loaded)
+            if problem is not None:
+                mixed.append(problem)
+                continue
+            versions.add(int(loaded["version"]))
+    finally:
+        if saver:
+            os.kill(saver, signal.SIGKILL)
+        savers.kill()
+        savers.communicate(timeout=30)
+    print(f"{mode}: {loads} loads racing folder replaces, {len(versions)} versions: {len(mixed)} mixed, ", end="")
+    print(f"{len(errors)} errors")
+    assert len(versions) > 10, f"the loads saw only versions {sorted(versions)}: the saver hardly ran"
+    assert not mixed, f"{len(mixed)} of {loads} loads mixed checkpoints: {mixed[:3]}"
+    assert not errors, f"{len(errors)} of {loads} loads failed: {errors[:3]}"
+
+
+def test_a_folder_replaced_under_every_read_is_an_error_not_a_mix(tmp_path: Path) -> None:
+    target = _folder(tmp_path / "ckpt", "1")
+    reads = 0
+
+    def read_then_lose_a_file(folder: reading.OpenFolder) -> str:
+        nonlocal reads
+        reads += 1
+        replace_path(_write_temp_folder(target, str(reads + 1)), target)  # another process's save
+        return (folder.root / "data").read_text()  # the opened folder was deleted: the file is gone
+
+    with pytest.raises(CheckpointError, match=f"replaced by another process during each of {reading.ATTEMPTS}"):
+        reading.read_one_folder(target, read_then_lose_a_file)
+    assert reads == reading.ATTEMPTS
+    # A file missing from a folder nobody replaced is not retried: the error names it.
+    with pytest.raises(FileNotFoundError, match="missing"):
+        reading.read_one_folder(target, lambda folder: (folder.root / "missing").read_text())

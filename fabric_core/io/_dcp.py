@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 
 from fabric_core.errors import CheckpointError
+from fabric_core.io._folder import OpenFolder
 from fabric_core.io._safe_pickle import RefusedGlobal, load_restricted, refused_error
 
 __all__ = ["SafeFileSystemReader", "dcp_errors", "metadata_globals", "safe_load_planner"]
@@ -79,15 +80,23 @@ class SafeFileSystemReader(FileSystemReader):
     """A ``FileSystemReader`` that reads ``.metadata`` with an allow-list and checks shard files before reading.
 
     Args:
-        path: The checkpoint folder.
+        path: The checkpoint folder: an :class:`~fabric_core.io._folder.OpenFolder` to read one folder while
+            another process may replace it (see :func:`~fabric_core.io._folder.read_one_folder`).
         weights_only: ``None``/``True``: ``.metadata`` may name only :func:`metadata_globals`; ``False``:
             torch's plain unpickling (a folder you trust).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, weights_only: bool | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | os.PathLike[str] | OpenFolder, *, weights_only: bool | None = None) -> None:
+        # An opened folder is read through its descriptor (one folder, whatever is renamed onto its path),
+        # and named by its path in messages.
+        self.folder = path if isinstance(path, OpenFolder) else None
+        super().__init__(path.root if isinstance(path, OpenFolder) else path)
         self.weights_only = weights_only
         self._metadata: Metadata | None = None
+
+    def shown(self, path: str | os.PathLike[str]) -> Path:
+        """``path`` (under :attr:`path`) as the user knows it, for messages."""
+        return self.folder.shown(path) if self.folder is not None else Path(path)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         super().reset(checkpoint_id)
@@ -112,20 +121,21 @@ class SafeFileSystemReader(FileSystemReader):
         return metadata
 
     def _read_metadata(self, path: Path, *args: Any, **kwargs: Any) -> Metadata:
+        shown = self.shown(path)
         if self.weights_only is False:
             try:
                 return super().read_metadata(*args, **kwargs)
             except (OSError, EOFError, pickle.UnpicklingError) as err:
-                raise _corrupt(path, f"{type(err).__name__}: {err}") from None
+                raise _corrupt(shown, f"{type(err).__name__}: {err}") from None
         try:
             with open(path, "rb") as file:
                 metadata = load_restricted(file, metadata_globals())
         except RefusedGlobal as refused:
-            raise refused_error(path, refused) from None
+            raise refused_error(shown, refused) from None
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as err:
-            raise _corrupt(path, f"{type(err).__name__}: {err}") from None
+            raise _corrupt(shown, f"{type(err).__name__}: {err}") from None
         if not isinstance(metadata, Metadata):
-            raise _corrupt(path, f"it holds a {type(metadata).__name__}, not DCP metadata")
+            raise _corrupt(shown, f"it holds a {type(metadata).__name__}, not DCP metadata")
         storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
         storage_meta.load_id = self.load_id  # what torch's reader does
         metadata.storage_meta = storage_meta
@@ -147,16 +157,16 @@ class SafeFileSystemReader(FileSystemReader):
             try:
                 size = file.stat().st_size
             except FileNotFoundError:
-                raise _corrupt(file, "the file does not exist") from None
+                raise _corrupt(self.shown(file), "the file does not exist") from None
             if size < end:
-                raise _corrupt(file, f"{size} bytes, but the metadata places data up to byte {end}")
+                raise _corrupt(self.shown(file), f"{size} bytes, but the metadata places data up to byte {end}")
         try:
             return super().read_data(plan, planner)
         except CheckpointError:
             raise
         except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
             files = ", ".join(sorted(needed))
-            raise _corrupt(Path(self.path), f"reading {files}: {type(err).__name__}: {err}") from None
+            raise _corrupt(self.shown(self.path), f"reading {files}: {type(err).__name__}: {err}") from None
 
 
 class _WeightsOnlyBytes(DefaultLoadPlanner):
@@ -176,7 +186,8 @@ class _WeightsOnlyBytes(DefaultLoadPlanner):
         except pickle.UnpicklingError as err:
             where: Path | str = read_item.dest_index.fqn
             if self.reader is not None:
-                where = Path(self.reader.path) / self.reader.storage_data[read_item.storage_index].relative_path
+                relative = self.reader.storage_data[read_item.storage_index].relative_path
+                where = self.reader.shown(Path(self.reader.path) / relative)
             detail = str(err.__cause__ or err.__context__ or err)
             raise CheckpointError(
                 f"Checkpoint file {os.fspath(where)!r} holds a value for {read_item.dest_index.fqn!r} that is not a "

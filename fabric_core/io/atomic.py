@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Final, Protocol, TypeVar
 __all__ = [
     "atomic_write",
     "committed_path",
+    "existing_committed_path",
     "remove_stale_temps",
     "replace_path",
     "temp_path_for",
@@ -162,6 +163,19 @@ def committed_path(target: PathLike) -> Path:
         return target
     olds = sorted((e for e, suffix, _, _ in _leftovers(target) if suffix == OLD_SUFFIX), key=_changed, reverse=True)
     return Path(olds[0].path) if olds else target
+
+
+def existing_committed_path(target: PathLike) -> Path | None:
+    """:func:`committed_path` if something is there now, else ``None`` (nothing at ``target`` at all).
+
+    Looks twice: an ``.old`` name found a moment ago may have been removed since, but only after the new
+    checkpoint was put at ``target``, which the second look finds.
+    """
+    for _ in range(2):
+        found = committed_path(target)
+        if found.exists():
+            return found
+    return None
 
 
 _AT_FDCWD: Final = -100
@@ -369,7 +383,14 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
 
 
 class _Ranks(Protocol):
-    """What :func:`write_folder_collectively` needs of a strategy."""
+    """What :func:`write_folder_collectively` needs of a strategy (``local_rank``, ``node_rank``,
+    ``num_nodes`` and ``num_processes`` are read where it has them: one node otherwise)."""
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def global_rank(self) -> int: ...
 
     @property
     def is_global_zero(self) -> bool: ...
@@ -378,33 +399,56 @@ class _Ranks(Protocol):
 
     def barrier(self, name: str | None = None) -> None: ...
 
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool: ...
+
 
 def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[Path], None], name: str) -> None:
     """Have every rank write its part of a checkpoint folder, then put the folder at ``target`` in one step.
 
-    Call on every rank. Rank 0 first removes what killed saves of ``target`` left on this host
-    (:func:`remove_stale_temps`), then picks a temp folder name next to ``target`` that every rank receives;
-    ``write(temp)`` runs on every rank; after a barrier rank 0 puts the folder in place
-    (:func:`replace_path`). An interrupted save leaves the previous checkpoint at ``target`` (never a mix,
-    never nothing); a failed one removes its temp folder. The folder must be on a filesystem every rank sees.
+    Call on every rank. ``write(temp)`` runs on every rank with a temp folder next to ``target``; after a
+    barrier the folder is put in place (:func:`replace_path`), and what killed saves of ``target`` left is
+    removed first (:func:`remove_stale_temps`). An interrupted save leaves the previous checkpoint at
+    ``target`` (never a mix, never nothing); a failed one removes its temp folder.
+
+    Who does the replace depends on where the folder lives. On one node, or on several that share the
+    folder's filesystem (checked by :func:`~fabric_core.utilities.distributed.is_shared_filesystem`), rank 0
+    alone does, once. Where each node has its own disk, each node has its own temp folder (named by its first
+    process) and its first process replaces the node's copy of ``target``: every node ends with a complete
+    folder of what its ranks wrote.
 
     Args:
-        ranks: The strategy (``is_global_zero``, ``broadcast``, ``barrier``).
+        ranks: The strategy (ranks, ``broadcast``, ``barrier``, ``reduce_boolean_decision``).
         target: The checkpoint folder to create or replace.
         write: Writes this rank's files into the folder it is given.
         name: Names the barriers (e.g. the strategy's name), for hang reports.
     """
+    from fabric_core.utilities.distributed import _layout, is_shared_filesystem
+
     target = Path(target)
-    if ranks.is_global_zero:
+    node, local, num_nodes = _layout(ranks)
+    if num_nodes > 1:
+        target.parent.mkdir(parents=True, exist_ok=True)  # on every node: it may have its own disk
+        shared = is_shared_filesystem(ranks, target.parent)
+    else:
+        shared = True
+    replacer = ranks.is_global_zero if shared else local == 0
+    if replacer:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(target)
-    temp = Path(ranks.broadcast(os.fspath(temp_path_for(target)) if ranks.is_global_zero else ""))
+    mine = os.fspath(temp_path_for(target)) if replacer else ""
+    if shared:
+        temp = Path(ranks.broadcast(mine, src=0))
+    else:
+        # Each node's first process names its node's temp folder (its host and pid, for the sweep of a later
+        # save on that node); ranks are numbered node by node (node_rank * num_processes + local_rank).
+        per_node = int(getattr(ranks, "num_processes", 0)) or ranks.world_size // num_nodes
+        temp = Path([ranks.broadcast(mine, src=n * per_node) for n in range(num_nodes)][node])
     try:
         write(temp)
         ranks.barrier(f"{name}-save")
-        if ranks.is_global_zero:
+        if replacer:
             replace_path(temp, target)
     finally:
-        if ranks.is_global_zero and os.path.lexists(temp):
+        if replacer and os.path.lexists(temp):
             _remove(os.fspath(temp))
     ranks.barrier(f"{name}-save-done")

@@ -21,7 +21,8 @@ import torch
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
-from fabric_core.io.atomic import atomic_write
+from fabric_core.io._folder import OpenFolder, read_one_folder
+from fabric_core.io.atomic import atomic_write, committed_path
 
 __all__ = [
     "META_FILE",
@@ -33,6 +34,7 @@ __all__ = [
     "load_distributed_checkpoint",
     "optimizer_state_by_name",
     "optimizer_state_by_position",
+    "read_meta",
     "safe_load_planner",
 ]
 
@@ -136,34 +138,76 @@ def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = N
         CheckpointError: ``path`` is not a sharded checkpoint folder, a file of it is missing, truncated or
             damaged (``reason="corrupt"``), or holds objects that ``weights_only`` refused (``"unsafe"``).
     """
+    # Opened once and read through the descriptor: `.metadata`, the shards and `meta.pt` all come from one
+    # folder while another process replaces it; a folder deleted under the read is read again from the path.
+    try:
+        return read_one_folder(path, lambda folder: _load_open_folder(folder, weights_only))
+    except NotADirectoryError:
+        raise _not_sharded(committed_path(path)) from None
+
+
+def _not_sharded(path: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{os.fspath(path)!r} is not a sharded checkpoint folder: it has no {_DCP_METADATA!r} file written by "
+        "`torch.distributed.checkpoint`.",
+        path=os.fspath(path),
+        reason="corrupt",
+    )
+
+
+def _load_open_folder(folder: OpenFolder, weights_only: bool | None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"Checkpoint folder not found: {os.fspath(path)}")
-    if not is_distributed_checkpoint(folder):
-        raise CheckpointError(
-            f"{os.fspath(path)!r} is not a sharded checkpoint folder: it has no {_DCP_METADATA!r} file written by "
-            "`torch.distributed.checkpoint`.",
-            path=os.fspath(path),
-            reason="corrupt",
-        )
+    if not (folder.root / _DCP_METADATA).is_file():
+        raise _not_sharded(folder.path)
     loaded: dict[str, Any] = {}
     # The public `dcp.load` only fills keys the given dict already has; filling an empty dict from the
     # metadata is what torch's own `dcp_to_torch_save` does with these two.
     reader = SafeFileSystemReader(folder, weights_only=weights_only)
     reader.read_metadata()  # a refused or damaged `.metadata` raises here, clearly (see the reader)
-    with dcp_errors(folder):
+    with dcp_errors(folder.path):
         _load_state_dict(loaded, storage_reader=reader, planner=safe_load_planner(reader, empty=True), no_dist=True)
     for key, value in list(loaded.items()):
         if _is_optimizer_state(value):
             loaded[key] = optimizer_state_by_position(value)
-    meta = folder / META_FILE
-    if meta.is_file():
-        from fabric_core.io.torch_io import TorchCheckpointIO
-
-        loaded.update(TorchCheckpointIO().load_checkpoint(meta, weights_only=weights_only))
+    loaded.update(read_meta(folder, weights_only))
     return loaded
+
+
+def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any = None) -> dict[str, Any]:
+    """The entries of the folder's ``meta.pt`` (``{}`` without one), read through the opened folder.
+
+    Args:
+        folder: The opened checkpoint folder.
+        weights_only: How to unpickle (see :func:`load_distributed_checkpoint`).
+        checkpoint_io: The strategy's checkpoint I/O, if it is not the default (it is given the file's
+            name under the opened folder).
+
+    Raises:
+        FileNotFoundError: ``meta.pt`` is missing because the folder was deleted under the read (a retry
+            of :func:`~fabric_core.io._folder.read_one_folder` reads the new one).
+    """
+    from fabric_core.io.torch_io import TorchCheckpointIO
+
+    if checkpoint_io is not None and type(checkpoint_io).load_checkpoint is not TorchCheckpointIO.load_checkpoint:
+        meta_file = folder.root / META_FILE
+        if not meta_file.is_file():
+            return _no_meta(folder)
+        loaded: dict[str, Any] = checkpoint_io.load_checkpoint(meta_file, weights_only=weights_only)
+        return loaded
+    try:
+        file = open(folder.root / META_FILE, "rb")  # noqa: SIM115  # closed below, after the load
+    except FileNotFoundError:
+        return _no_meta(folder)
+    with file:
+        return TorchCheckpointIO()._load_open(folder.path / META_FILE, file, None, weights_only, False)
+
+
+def _no_meta(folder: OpenFolder) -> dict[str, Any]:
+    if folder.replaced():
+        # Deleted under the read, perhaps: the folder read so far may have had one.
+        raise FileNotFoundError(f"{os.fspath(folder.path / META_FILE)!r} vanished: the folder was replaced")
+    return {}
 
 
 def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_only: bool | None = None) -> Path:

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Final
 import torch
 
 from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
-from fabric_core.io.atomic import atomic_write, committed_path
+from fabric_core.io.atomic import atomic_write, existing_committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
 from fabric_core.utilities.apply_func import apply_to_collection
 
@@ -281,15 +281,16 @@ class TorchCheckpointIO(CheckpointIO):
         """
         # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
         # an `.old` name (see `replace_path`).
-        target = committed_path(_local_path(path, "load_checkpoint"))
-        if not target.exists():
+        target = existing_committed_path(_local_path(path, "load_checkpoint"))
+        if target is None:
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
             from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
 
             if is_distributed_checkpoint(target):
-                # A sharded checkpoint read whole into this process: any strategy can resume from one.
-                return load_distributed_checkpoint(target, weights_only=weights_only)
+                # A sharded checkpoint read whole into this process: any strategy can resume from one. Given
+                # the path, not its committed name, so that a read racing a replace can start over from it.
+                return load_distributed_checkpoint(path, weights_only=weights_only)
             raise CheckpointError(
                 f"Checkpoint path {os.fspath(target)!r} is a folder but not a sharded checkpoint (it has no "
                 "'.metadata' file written by `torch.distributed.checkpoint`).",

@@ -472,8 +472,9 @@ class DeepSpeedStrategy(ParallelStrategy):
 
         The engine's module and optimizer are saved by DeepSpeed; the rest of ``state`` (modules, stateful
         objects and plain values) goes into DeepSpeed's client state. The folder is written under a temp
-        name and replaces ``path`` in one step once every rank has written its part (a filesystem that all
-        ranks see is assumed, as for any sharded checkpoint).
+        name and replaces ``path`` in one step once every rank has written its part: by rank 0 where all
+        nodes share the folder's filesystem, else by each node's first process on that node's disk (see
+        :func:`~fabric_core.io.atomic.write_folder_collectively`).
 
         Raises:
             TypeError: ``storage_options`` or ``filter`` was given: DeepSpeed writes its own files.

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -23,8 +24,9 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.io.atomic import committed_path, write_folder_collectively
+from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io._folder import ATTEMPTS, OpenFolder, gave_up, vanished
+from fabric_core.io.atomic import existing_committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
     SafeFileSystemReader,
@@ -34,6 +36,7 @@ from fabric_core.io.distributed import (
     load_distributed_checkpoint,
     optimizer_state_by_name,
     optimizer_state_by_position,
+    read_meta,
     safe_load_planner,
 )
 from fabric_core.strategies.strategy import Stateful
@@ -149,13 +152,13 @@ def load(
         CheckpointError: A file of the checkpoint is missing, truncated or damaged, or holds objects that
             ``weights_only`` refused.
     """
-    target = committed_path(path)  # for a moment the previous checkpoint's `.old` name (see `replace_path`)
-    if not target.exists():
+    target = existing_committed_path(path)  # for a moment the previous one's `.old` name (see `replace_path`)
+    if target is None:
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)
     if not state:
         if sharded:
-            return load_distributed_checkpoint(target, weights_only=weights_only)
+            return load_distributed_checkpoint(path, weights_only=weights_only)
         loaded: dict[str, Any] = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
         return loaded
     if isinstance(state, (Module, Optimizer)):
@@ -171,7 +174,8 @@ def load(
         _restore_full(strategy, {key: state}, {key: checkpoint}, strict)
         return {}
     if sharded:
-        return _load_sharded(strategy, target, state, strict, weights_only)
+        # From the path, not its committed name: a load racing a replace may have to start over from it.
+        return _load_sharded(strategy, Path(path), state, strict, weights_only)
     checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
     _check_keys(state, set(checkpoint), strict)
     return _restore_full(strategy, state, checkpoint, strict)
@@ -212,38 +216,133 @@ def _restore_full(
 
 
 def _load_sharded(
-    strategy: ShardedStrategy, folder: Path, state: dict[str, Any], strict: bool, weights_only: bool | None
+    strategy: ShardedStrategy, path: Path, state: dict[str, Any], strict: bool, weights_only: bool | None
 ) -> dict[str, Any]:
+    """Restore ``state`` from the sharded folder at ``path``, every rank from the same checkpoint.
+
+    Each rank opens the folder once and reads every file through it (:class:`OpenFolder`), so each rank
+    reads one folder even while another process replaces it. That the ranks opened the same one is then
+    checked, collectively, by the save's unique id in ``.metadata`` (the same on every node whatever the
+    filesystem calls its inodes): if they differ, or a rank's folder was deleted before it opened all its
+    files, every rank starts over from the path, up to :data:`ATTEMPTS` times.
+    """
     modules, optimizers, _ = _split(state)
-    # The core's reader: `.metadata` and the non-tensor values are read with allow-lists unless
-    # `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
-    reader = SafeFileSystemReader(folder, weights_only=weights_only)
-    saved = checkpoint_keys(reader)
-    meta_file = folder / META_FILE
-    meta: dict[str, Any] = (
-        strategy.checkpoint_io.load_checkpoint(meta_file, weights_only=weights_only) if meta_file.is_file() else {}
-    )
-    _check_keys(state, saved | set(meta), strict)
     owners = {key: owner(opt, [*modules.values(), *strategy.modules], key) for key, opt in optimizers.items()}
-    tensors: dict[str, Any] = {k: get_model_state_dict(m) for k, m in modules.items() if k in saved}
-    tensors.update({k: get_optimizer_state_dict(owners[k], o) for k, o in optimizers.items() if k in saved})
-    if tensors:
-        # The reader and planner of the core: `.metadata` and the non-tensor values are read with allow-lists
-        # unless `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
-        reader = SafeFileSystemReader(folder, weights_only=weights_only)
-        with dcp_errors(folder):
-            dcp_load(tensors, storage_reader=reader, planner=safe_load_planner(reader, allow_partial_load=not strict))
-    for key, module_state in tensors.items():
-        if key in modules:
-            set_model_state_dict(modules[key], module_state, options=StateDictOptions(strict=strict))
-        else:
-            set_optimizer_state_dict(owners[key], optimizers[key], module_state)
-    for key, obj in list(state.items()):
-        if key in modules or key in optimizers or key not in meta:
-            continue
-        value = meta.pop(key)
-        if isinstance(obj, Stateful):
-            obj.load_state_dict(value)
-        else:
-            state[key] = value
-    return meta
+    for attempt in range(1, ATTEMPTS + 1):
+        folder: OpenFolder | None = None
+        try:
+            saved: set[str] = set()
+            meta: dict[str, Any] = {}
+            token: str | None = None
+            failure: CheckpointError | OSError | None = None
+            try:
+                folder = OpenFolder(path)
+                # The core's reader: `.metadata` and the non-tensor values are read with allow-lists unless
+                # `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
+                reader = SafeFileSystemReader(folder, weights_only=weights_only)
+                saved = checkpoint_keys(reader)
+                meta = read_meta(folder, weights_only, strategy.checkpoint_io)
+                token = _save_id(reader, folder)
+            except (CheckpointError, OSError) as err:
+                failure = err
+            if not _agree(strategy, path, folder, token, failure, last=attempt == ATTEMPTS):
+                continue
+            assert folder is not None
+            _check_keys(state, saved | set(meta), strict)
+            tensors: dict[str, Any] = {k: get_model_state_dict(m) for k, m in modules.items() if k in saved}
+            tensors.update({k: get_optimizer_state_dict(owners[k], o) for k, o in optimizers.items() if k in saved})
+            if tensors:
+                try:
+                    with dcp_errors(folder.path):
+                        planner = safe_load_planner(reader, allow_partial_load=not strict)
+                        dcp_load(tensors, storage_reader=reader, planner=planner)
+                except CheckpointError as err:
+                    # DCP raises one rank's failure on every rank: all take the same branch here.
+                    if not vanished(err) or not _any(strategy, folder.replaced()):
+                        raise
+                    if attempt == ATTEMPTS:
+                        raise gave_up(path, ATTEMPTS) from err
+                    continue
+        finally:
+            if folder is not None:
+                folder.close()
+        for key, module_state in tensors.items():
+            if key in modules:
+                set_model_state_dict(modules[key], module_state, options=StateDictOptions(strict=strict))
+            else:
+                set_optimizer_state_dict(owners[key], optimizers[key], module_state)
+        for key, obj in list(state.items()):
+            if key in modules or key in optimizers or key not in meta:
+                continue
+            value = meta.pop(key)
+            if isinstance(obj, Stateful):
+                obj.load_state_dict(value)
+            else:
+                state[key] = value
+        return meta
+    raise gave_up(path, ATTEMPTS)
+
+
+def _save_id(reader: SafeFileSystemReader, folder: OpenFolder) -> str:
+    """What names the checkpoint a rank opened: the save's uuid in ``.metadata``.
+
+    A folder whose metadata has none (written by another tool) is named by its ``.metadata`` file's inode,
+    modification time and size: the same on every node of a network filesystem (the server's numbers), unlike
+    the device number.
+    """
+    storage_meta = reader.read_metadata().storage_meta
+    save_id = getattr(storage_meta, "save_id", None)
+    if save_id:
+        return str(save_id)
+    status = os.stat(folder.root / ".metadata")
+    return f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
+
+
+def _gather(strategy: ShardedStrategy, obj: Any) -> list[Any]:
+    if strategy.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list[Any] = [None] * strategy.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def _any(strategy: ShardedStrategy, flag: bool) -> bool:
+    return any(_gather(strategy, flag))
+
+
+def _agree(
+    strategy: ShardedStrategy,
+    path: Path,
+    folder: OpenFolder | None,
+    token: str | None,
+    failure: CheckpointError | OSError | None,
+    last: bool,
+) -> bool:
+    """Whether every rank opened the same checkpoint; ``False``: start over. Collective.
+
+    Raises:
+        CheckpointError, OSError: A rank could not read the folder for a reason other than its replacement
+            (that rank's error on that rank, a ``CheckpointError`` naming it on the others).
+    """
+    if failure is None:
+        replaced = False
+    elif folder is None:  # the path vanished between two saves' renames, or there is nothing there at all
+        replaced = isinstance(failure, OSError) and existing_committed_path(path) is not None
+    else:
+        replaced = vanished(failure) and folder.replaced()
+    views = _gather(strategy, (token, None if failure is None else str(failure), replaced))
+    tokens = {view[0] for view in views if view[1] is None}
+    if len(tokens) == 1 and all(view[1] is None for view in views):
+        return True
+    if not last and (len(tokens) > 1 or any(view[2] for view in views)):
+        return False
+    if failure is not None:
+        raise failure
+    rank, message = next(((r, v[1]) for r, v in enumerate(views) if v[1] is not None), (None, None))
+    if rank is None:
+        raise gave_up(path, ATTEMPTS)
+    raise CheckpointError(
+        f"Rank {rank} could not read the sharded checkpoint {os.fspath(path)!r}: {message}",
+        path=os.fspath(path),
+        reason="corrupt",
+    )

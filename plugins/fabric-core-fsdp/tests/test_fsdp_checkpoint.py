@@ -140,3 +140,13 @@ def test_a_single_process_without_fsdp_reads_the_sharded_folder(saved: Path) -> 
     model = make_model()
     model.load_state_dict(loaded["model"])  # strict: every key, plain tensors
     assert (loaded["step"], loaded["tag"]) == (2, "fsdp")
+
+
+def test_ranks_that_opened_different_checkpoints_start_over_and_load_the_same_one(
+    run_job: Any, reports: Any, tmp_path: Path
+) -> None:
+    # Rank 0 holds version 1, rank 1 opened version 2 swapped in meanwhile. Kept whole, each alone would read one
+    # complete folder, so only comparing the save ids of the ranks catches it; deleted, rank 0's reads fail.
+    run_job("fsdp_replace_job.py", tmp_path, timeout=120)
+    loaded_version_2 = {"version": 2, "values": [2.0], "opens": 2}
+    assert reports(tmp_path) == [{"kept": loaded_version_2, "deleted": loaded_version_2}] * 2
