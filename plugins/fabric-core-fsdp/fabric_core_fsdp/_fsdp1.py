@@ -6,7 +6,8 @@ Each FSDP1 option either maps onto an FSDP2 setting, is accepted because it chan
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,6 +15,7 @@ import torch
 from torch.distributed.fsdp import (
     CPUOffload,
     CPUOffloadPolicy,
+    FSDPModule,
     MixedPrecision,
     MixedPrecisionPolicy,
     OffloadPolicy,
@@ -29,6 +31,8 @@ __all__ = [
     "UnknownShardingStrategyError",
     "as_cpu_offload",
     "as_mixed_precision",
+    "cast_buffers",
+    "fsdp1_policy",
     "parse_sharding",
     "take_fsdp1_options",
     "to_mixed_precision_policy",
@@ -285,3 +289,66 @@ def _iterable(value: Any, name: str) -> Iterable[Any]:
             value=value,
         )
     return value
+
+
+# -- wrap policies -------------------------------------------------------------------------------------------
+class _Fsdp1Callable:
+    """An FSDP1 policy ``(module, recurse, nonwrapped_numel) -> bool`` as a predicate ``(module) -> bool``.
+
+    FSDP1 asks it once with ``recurse=True`` (whether to descend; torch's policies always do) and once with
+    ``recurse=False`` and the number of parameters no wrapped descendant holds. The strategy shards children
+    first, so that number is the module's parameters outside FSDP units at the time it is asked.
+    """
+
+    def __init__(self, policy: Callable[..., bool]) -> None:
+        self.policy = policy
+
+    def __call__(self, module: Module) -> bool:
+        return bool(self.policy(module=module, recurse=False, nonwrapped_numel=_nonwrapped_numel(module)))
+
+
+class _CustomPolicy:
+    """FSDP1's ``CustomPolicy(lambda_fn)``: a truthy answer wraps the module."""
+
+    def __init__(self, lambda_fn: Callable[[Module], Any]) -> None:
+        self.lambda_fn = lambda_fn
+
+    def __call__(self, module: Module) -> bool:
+        answer = self.lambda_fn(module)
+        if isinstance(answer, Mapping) and answer:
+            raise InvalidConfigError(
+                f"`CustomPolicy` asked for FSDP1 arguments {sorted(answer)} on {type(module).__name__}: FSDP2 cannot "
+                "take per-module FullyShardedDataParallel arguments. Return `True`, or shard that module yourself "
+                "with `fully_shard(module, ...)` before `fabric.setup`.",
+                argument="auto_wrap_policy",
+                value=answer,
+            )
+        return bool(answer)
+
+
+def _nonwrapped_numel(module: Module) -> int:
+    inside = {id(p) for m in module.modules() if m is not module and isinstance(m, FSDPModule) for p in m.parameters()}
+    return sum(p.numel() for p in module.parameters() if id(p) not in inside)
+
+
+def fsdp1_policy(policy: object) -> tuple[type[Module], ...] | Callable[[Module], bool] | None:
+    """An FSDP1 wrap policy as module classes or a predicate ``(module) -> bool``; ``None`` if it is not one.
+
+    Covers ``ModuleWrapPolicy`` (what Lightning builds from a set of classes), ``CustomPolicy`` and the callables
+    taking ``(module, recurse, nonwrapped_numel)`` (``size_based_auto_wrap_policy``, ``partial(
+    transformer_auto_wrap_policy, ...)``, ...).
+    """
+    module_classes = getattr(policy, "_module_classes", None)
+    if module_classes is not None:
+        return tuple(module_classes)
+    lambda_fn = getattr(policy, "_lambda_fn", None)
+    if callable(lambda_fn):
+        return _CustomPolicy(lambda_fn)
+    if callable(policy):
+        try:
+            parameters = inspect.signature(policy).parameters
+        except (TypeError, ValueError):  # a builtin without a signature: not an FSDP1 policy
+            return None
+        if "recurse" in parameters and "nonwrapped_numel" in parameters:
+            return _Fsdp1Callable(policy)
+    return None

@@ -21,12 +21,13 @@ from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, check_forwarded_options
-from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core_fsdp._fsdp1 import (
     SHARDING_STRATEGIES,
     as_cpu_offload,
     as_mixed_precision,
     cast_buffers,
+    fsdp1_policy,
     parse_sharding,
     take_fsdp1_options,
     to_mixed_precision_policy,
@@ -71,9 +72,11 @@ def _as_predicate(policy: Policy | Callable[[Module], bool] | None, argument: st
                 value=policy,
             )
         return _IsInstance(classes)
-    module_classes = getattr(policy, "_module_classes", None)  # FSDP1's ModuleWrapPolicy, as Lightning builds it
-    if module_classes is not None:
-        return _as_predicate(tuple(module_classes), argument)
+    translated = fsdp1_policy(policy)  # ModuleWrapPolicy (as Lightning builds it), CustomPolicy, size-based, ...
+    if isinstance(translated, tuple):
+        return _as_predicate(translated, argument)
+    if translated is not None:
+        return translated
     if callable(policy):
         return policy
     raise InvalidConfigError(
@@ -111,6 +114,8 @@ class FSDPStrategy(ShardedStrategy):
             broadcast before sharding so that the replicas start equal.
         activation_checkpointing_policy: Module classes (or a predicate) whose activations are recomputed in
             backward instead of stored.
+        activation_checkpointing: Deprecated (as in Lightning): a class or list of classes; use
+            ``activation_checkpointing_policy``.
         state_dict_type: ``"sharded"`` (a folder, loadable by any number of processes) or ``"full"`` (one
             file written by rank 0).
         cpu_offload: Keep parameters, gradients and optimizer state in CPU memory: ``True``, torch's (FSDP1)
@@ -150,6 +155,7 @@ class FSDPStrategy(ShardedStrategy):
         sharding_strategy: Any = None,
         device_mesh: tuple[int, ...] | DeviceMesh | None = None,
         activation_checkpointing_policy: Policy | Callable[[Module], bool] | None = None,
+        activation_checkpointing: type[Module] | list[type[Module]] | None = None,
         state_dict_type: str = "sharded",
         cpu_offload: bool | CPUOffload | OffloadPolicy | None = None,
         mixed_precision: MixedPrecision | MixedPrecisionPolicy | None = None,
@@ -175,6 +181,22 @@ class FSDPStrategy(ShardedStrategy):
                     value=fully_shard_kwargs[reserved],
                 )
         self._wrap_policy = _as_predicate(auto_wrap_policy, "auto_wrap_policy")
+        if activation_checkpointing is not None:
+            if activation_checkpointing_policy is not None:
+                raise InvalidConfigError(
+                    "You cannot set both `activation_checkpointing` and `activation_checkpointing_policy`. Use the "
+                    "latter.",
+                    argument="activation_checkpointing",
+                    value=activation_checkpointing,
+                )
+            classes = (
+                activation_checkpointing if isinstance(activation_checkpointing, list) else [activation_checkpointing]
+            )
+            rank_zero_deprecation(
+                f"`FSDPStrategy(activation_checkpointing={activation_checkpointing!r})` is deprecated, use "
+                f"`FSDPStrategy(activation_checkpointing_policy={set(classes)!r})` instead."
+            )
+            activation_checkpointing_policy = set(classes)
         self._checkpointing_policy = _as_predicate(activation_checkpointing_policy, "activation_checkpointing_policy")
         self._sharding = parse_sharding(sharding_strategy, reshard_after_forward)
         self._reshard_after_forward = self._sharding.reshard_after_forward

@@ -221,3 +221,36 @@ def test_a_module_wrap_policy_is_read_as_its_module_classes() -> None:
 
     predicate = FSDPStrategy(auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))._wrap_policy
     assert predicate is not None and predicate(nn.Linear(1, 1)) and not predicate(nn.ReLU())
+
+
+def test_fsdp1_callable_policies_are_asked_as_fsdp1_asks_them() -> None:
+    import functools
+
+    from torch.distributed.fsdp.wrap import CustomPolicy, size_based_auto_wrap_policy, transformer_auto_wrap_policy
+
+    big, small = nn.Linear(20, 20), nn.Linear(2, 2)
+    by_size = FSDPStrategy(auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=100))
+    assert by_size._wrap_policy is not None and by_size._wrap_policy(big) and not by_size._wrap_policy(small)
+    by_class = FSDPStrategy(
+        auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.Linear})
+    )
+    assert by_class._wrap_policy is not None and by_class._wrap_policy(small) and not by_class._wrap_policy(nn.ReLU())
+    custom = FSDPStrategy(auto_wrap_policy=CustomPolicy(lambda m: isinstance(m, nn.Linear)))
+    assert custom._wrap_policy is not None and custom._wrap_policy(small) and not custom._wrap_policy(nn.ReLU())
+
+
+def test_a_custom_policy_asking_for_fsdp1_arguments_is_refused() -> None:
+    from torch.distributed.fsdp.wrap import CustomPolicy
+
+    strategy = FSDPStrategy(auto_wrap_policy=CustomPolicy(lambda m: {"sharding_strategy": "NO_SHARD"}))
+    assert strategy._wrap_policy is not None
+    with pytest.raises(InvalidConfigError, match=r"per-module FullyShardedDataParallel arguments.*fully_shard"):
+        strategy._wrap_policy(nn.Linear(2, 2))
+
+
+def test_deprecated_activation_checkpointing_becomes_the_policy() -> None:
+    with pytest.warns(DeprecationWarning, match="activation_checkpointing_policy"):
+        strategy = FSDPStrategy(activation_checkpointing=[nn.Linear])
+    assert strategy._checkpointing_policy is not None and strategy._checkpointing_policy(nn.Linear(1, 1))
+    with pytest.raises(ValueError, match="cannot set both"):
+        FSDPStrategy(activation_checkpointing=nn.Linear, activation_checkpointing_policy={nn.Linear})
