@@ -53,6 +53,11 @@ def test_parameters_are_sharded_or_whole_as_the_strategy_says(
         assert report[name]["local_shape"] == [local_rows, 8]
 
 
+def test_a_no_shard_checkpoint_loads_into_a_fully_sharded_model(ranks: list[dict[str, Any]]) -> None:
+    for report in ranks:
+        assert report["no_shard_checkpoint_diff"] == 0.0
+
+
 def test_replicas_and_sync_module_states_start_from_rank_zeros_weights(ranks: list[dict[str, Any]]) -> None:
     # Rank 1 built its model from another seed; NO_SHARD/_HYBRID_SHARD_ZERO2 above still match DDP, and
     # FULL_SHARD with sync_module_states=True holds exactly rank 0's initial weights.

@@ -40,7 +40,7 @@ def train(fabric: Fabric, model: Any, step: Any) -> tuple[Any, float]:
     return model, grads
 
 
-def sharding(fabric: Fabric, out: dict[str, Any]) -> None:
+def sharding(fabric: Fabric, out: dict[str, Any], outdir: str) -> None:
     """Each strategy against torch's DDP on the same data: final parameters, first gradients, what each rank holds."""
     ddp: Any = DistributedDataParallel(make_model())
     ddp, ddp_grads = train(fabric, ddp, lambda loss: loss.backward())
@@ -63,6 +63,14 @@ def sharding(fabric: Fabric, out: dict[str, Any]) -> None:
         report["grad_diff"] = max((g - r).abs().max().item() for g, r in zip(grads, ddp_grads, strict=True))
         report["param_diff"] = max_difference(model, ddp.module)
         out[name] = report
+        if name == "NO_SHARD":
+            # A NO_SHARD checkpoint (whole replicas) loads into a FULL_SHARD model (halves).
+            path = Path(outdir, "no-shard-ckpt")
+            strategy.save_checkpoint(path, {"model": model})
+            other = connected_strategy(fabric, Precision())
+            fresh: Any = other.setup_module(make_model(seed=5))
+            other.load_checkpoint(path, {"model": fresh})
+            out["no_shard_checkpoint_diff"] = max_difference(fresh, ddp.module)
 
 
 def sync_module_states(fabric: Fabric, out: dict[str, Any]) -> None:
@@ -121,7 +129,7 @@ def sharded_scaler(fabric: Fabric, out: dict[str, Any]) -> None:
 
 def main(fabric: Fabric, outdir: str) -> None:
     out: dict[str, Any] = {"rank": fabric.global_rank, "world_size": fabric.world_size}
-    sharding(fabric, out)
+    sharding(fabric, out, outdir)
     sync_module_states(fabric, out)
     mixed_precision(fabric, out)
     sharded_scaler(fabric, out)
