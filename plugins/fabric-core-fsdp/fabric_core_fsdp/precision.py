@@ -43,7 +43,8 @@ class FSDPPrecision(LossScaling):
     Args:
         precision: One of ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``.
         device: The device type autocast runs on (``"cuda"``, ``"cpu"``), or a device.
-        scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``.
+        scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``. The
+            ``ShardedGradScaler`` that Lightning code passes works the same (it is a ``GradScaler``).
 
     Raises:
         InvalidConfigError: An unsupported ``precision``, or a scaler with a precision other than ``"16-mixed"``.
