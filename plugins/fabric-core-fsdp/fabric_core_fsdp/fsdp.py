@@ -8,12 +8,31 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffload,
+    FSDPModule,
+    MixedPrecision,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    ShardingStrategy,
+    fully_shard,
+)
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, check_forwarded_options
-from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from fabric_core_fsdp._fsdp1 import (
+    SHARDING_STRATEGIES,
+    as_cpu_offload,
+    as_mixed_precision,
+    cast_buffers,
+    fsdp1_policy,
+    parse_sharding,
+    take_fsdp1_options,
+    to_mixed_precision_policy,
+    to_offload_policy,
+)
 from fabric_core_fsdp._sharded import ShardedStrategy
 from fabric_core_fsdp.precision import FSDPPrecision
 
@@ -25,13 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SHARDING_STRATEGIES", "FSDPStrategy"]
 
-#: sharding_strategy -> (reshard_after_forward, hybrid). Hybrid shards within a node and replicates across.
-SHARDING_STRATEGIES: Final[dict[str, tuple[bool, bool]]] = {
-    "FULL_SHARD": (True, False),
-    "SHARD_GRAD_OP": (False, False),
-    "HYBRID_SHARD": (True, True),
-    "_HYBRID_SHARD_ZERO2": (False, True),
-}
 #: Names of the two dimensions of a hybrid-sharding mesh.
 HYBRID_DIMS: Final = ("replicate", "shard")
 Policy = set[type[Module]] | frozenset[type[Module]] | list[type[Module]] | tuple[type[Module], ...]
@@ -60,6 +72,11 @@ def _as_predicate(policy: Policy | Callable[[Module], bool] | None, argument: st
                 value=policy,
             )
         return _IsInstance(classes)
+    translated = fsdp1_policy(policy)  # ModuleWrapPolicy (as Lightning builds it), CustomPolicy, size-based, ...
+    if isinstance(translated, tuple):
+        return _as_predicate(translated, argument)
+    if translated is not None:
+        return translated
     if callable(policy):
         return policy
     raise InvalidConfigError(
@@ -68,29 +85,6 @@ def _as_predicate(policy: Policy | Callable[[Module], bool] | None, argument: st
         argument=argument,
         value=policy,
     )
-
-
-def _parse_sharding(sharding_strategy: Any, reshard_after_forward: bool | None) -> tuple[bool, bool]:
-    if sharding_strategy is None:
-        return (True if reshard_after_forward is None else reshard_after_forward), False
-    name = getattr(sharding_strategy, "name", sharding_strategy)  # also torch's FSDP1 ShardingStrategy enum
-    key = str(name).upper()
-    if key not in SHARDING_STRATEGIES:
-        raise InvalidConfigError(
-            f"`FSDPStrategy(sharding_strategy={sharding_strategy!r})` is not supported. "
-            f"Valid choices: {', '.join(repr(s) for s in SHARDING_STRATEGIES)}.",
-            argument="sharding_strategy",
-            value=sharding_strategy,
-        )
-    reshard, hybrid = SHARDING_STRATEGIES[key]
-    if reshard_after_forward is not None and reshard_after_forward != reshard:
-        raise InvalidConfigError(
-            f"`FSDPStrategy(sharding_strategy={key!r}, reshard_after_forward={reshard_after_forward!r})` contradict "
-            f"each other: {key!r} means reshard_after_forward={reshard}. Pass one of them.",
-            argument="reshard_after_forward",
-            value=reshard_after_forward,
-        )
-    return reshard, hybrid
 
 
 class FSDPStrategy(ShardedStrategy):
@@ -109,25 +103,41 @@ class FSDPStrategy(ShardedStrategy):
             ``False`` keeps them until backward (ZeRO-2-like, less communication). Unless it is passed as
             ``True``, the root module keeps its own gathered parameters from forward to backward, which
             needs them first (FSDP2's default for the root, and what FSDP1's ``FULL_SHARD`` did).
-        sharding_strategy: Lightning's spelling of the same: ``"FULL_SHARD"``, ``"SHARD_GRAD_OP"``,
-            ``"HYBRID_SHARD"`` or ``"_HYBRID_SHARD_ZERO2"`` (also torch's ``ShardingStrategy`` enum).
+        sharding_strategy: Lightning's (FSDP1) names, any case, or torch's ``ShardingStrategy``:
+            ``"FULL_SHARD"`` (reshard after forward), ``"SHARD_GRAD_OP"`` (keep gathered parameters until
+            backward), ``"NO_SHARD"`` (whole parameters on every rank, gradients all-reduced: a
+            ``(world_size, 1)`` mesh), ``"HYBRID_SHARD"`` / ``"_HYBRID_SHARD_ZERO2"`` (shard within a node,
+            replicate across nodes: a ``(replicate, shard)`` mesh).
         device_mesh: A ``(replicate, shard)`` tuple or a ``DeviceMesh``: a 2-D mesh shards within groups of
             ``shard`` ranks and replicates across them (hybrid sharding). Hybrid strategies default to
-            ``(num_nodes, devices per node)``.
+            ``(num_nodes, devices per node)``. On a mesh with replicas, rank 0's parameters and buffers are
+            broadcast before sharding so that the replicas start equal.
         activation_checkpointing_policy: Module classes (or a predicate) whose activations are recomputed in
             backward instead of stored.
+        activation_checkpointing: Deprecated (as in Lightning): a class or list of classes; use
+            ``activation_checkpointing_policy``.
         state_dict_type: ``"sharded"`` (a folder, loadable by any number of processes) or ``"full"`` (one
             file written by rank 0).
-        cpu_offload: Keep parameters, gradients and optimizer state in CPU memory (``True`` or a
-            ``CPUOffloadPolicy``). Needs an accelerator: FSDP2 pins host memory for the copies.
-        mixed_precision: A ``MixedPrecisionPolicy`` that replaces the one the precision plugin gives.
+        cpu_offload: Keep parameters, gradients and optimizer state in CPU memory: ``True``, torch's (FSDP1)
+            ``CPUOffload(offload_params=True)`` or FSDP2's ``CPUOffloadPolicy``. Needs an accelerator: FSDP2
+            pins host memory for the copies.
+        mixed_precision: torch's (FSDP1) ``MixedPrecision`` (its ``buffer_dtype`` is applied by casting the
+            module's floating-point buffers at setup) or FSDP2's ``MixedPrecisionPolicy``; replaces the
+            policy the precision plugin gives.
         start_method: ``"popen"`` (``fsdp``: the script runs again per device), or ``"spawn"``/``"fork"``/
             ``"forkserver"`` (``fabric.launch(fn)`` runs ``fn`` in new processes).
-        **fully_shard_kwargs: More arguments for every ``fully_shard`` call (e.g. ``shard_placement_fn``).
+        **fully_shard_kwargs: More arguments for every ``fully_shard`` call (e.g. ``shard_placement_fn``), or
+            Lightning's ``FullyShardedDataParallel`` arguments: ``sync_module_states=True`` broadcasts rank 0's
+            module before sharding; ``ignored_modules``/``ignored_states`` become ``ignored_params``;
+            ``backward_prefetch``, ``forward_prefetch``, ``limit_all_gathers`` and ``use_orig_params=True``
+            change nothing under FSDP2 and are accepted; ``use_orig_params=False``, ``param_init_fn``,
+            ``process_group`` and ``device_id`` are refused with what to use instead.
         Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
 
     Raises:
-        InvalidConfigError: Unknown or contradictory options; ``cpu_offload`` on the CPU accelerator.
+        InvalidConfigError: Unknown or contradictory options, FSDP1 options FSDP2 cannot express (also a
+            ``ValueError``); ``cpu_offload`` on the CPU accelerator.
+        UnknownShardingStrategyError: An unknown ``sharding_strategy`` name (also a ``KeyError``).
     """
 
     def __init__(
@@ -145,9 +155,10 @@ class FSDPStrategy(ShardedStrategy):
         sharding_strategy: Any = None,
         device_mesh: tuple[int, ...] | DeviceMesh | None = None,
         activation_checkpointing_policy: Policy | Callable[[Module], bool] | None = None,
+        activation_checkpointing: type[Module] | list[type[Module]] | None = None,
         state_dict_type: str = "sharded",
-        cpu_offload: bool | OffloadPolicy = False,
-        mixed_precision: MixedPrecisionPolicy | None = None,
+        cpu_offload: bool | CPUOffload | OffloadPolicy | None = None,
+        mixed_precision: MixedPrecision | MixedPrecisionPolicy | None = None,
         **fully_shard_kwargs: Any,
     ) -> None:
         super().__init__(
@@ -170,8 +181,25 @@ class FSDPStrategy(ShardedStrategy):
                     value=fully_shard_kwargs[reserved],
                 )
         self._wrap_policy = _as_predicate(auto_wrap_policy, "auto_wrap_policy")
+        if activation_checkpointing is not None:
+            if activation_checkpointing_policy is not None:
+                raise InvalidConfigError(
+                    "You cannot set both `activation_checkpointing` and `activation_checkpointing_policy`. Use the "
+                    "latter.",
+                    argument="activation_checkpointing",
+                    value=activation_checkpointing,
+                )
+            classes = (
+                activation_checkpointing if isinstance(activation_checkpointing, list) else [activation_checkpointing]
+            )
+            rank_zero_deprecation(
+                f"`FSDPStrategy(activation_checkpointing={activation_checkpointing!r})` is deprecated, use "
+                f"`FSDPStrategy(activation_checkpointing_policy={set(classes)!r})` instead."
+            )
+            activation_checkpointing_policy = set(classes)
         self._checkpointing_policy = _as_predicate(activation_checkpointing_policy, "activation_checkpointing_policy")
-        self._reshard_after_forward, hybrid = _parse_sharding(sharding_strategy, reshard_after_forward)
+        self._sharding = parse_sharding(sharding_strategy, reshard_after_forward)
+        self._reshard_after_forward = self._sharding.reshard_after_forward
         # The root's setting: re-gathering its parameters at the start of backward only adds communication.
         self._reshard_root = reshard_after_forward is True
         if isinstance(device_mesh, tuple) and not (
@@ -183,40 +211,71 @@ class FSDPStrategy(ShardedStrategy):
                 argument="device_mesh",
                 value=device_mesh,
             )
+        if self._sharding.layout == "replicate" and device_mesh is not None:
+            raise InvalidConfigError(
+                f"`FSDPStrategy(sharding_strategy='NO_SHARD', device_mesh={device_mesh!r})` contradict each other: "
+                "NO_SHARD replicates the whole model on every rank. Drop `device_mesh`, or use "
+                "`sharding_strategy='HYBRID_SHARD'` to shard within groups of ranks.",
+                argument="device_mesh",
+                value=device_mesh,
+            )
         self._mesh_spec = device_mesh
-        self._hybrid = hybrid
-        if cpu_offload is True:
-            self._offload: OffloadPolicy | None = CPUOffloadPolicy()
-        elif isinstance(cpu_offload, OffloadPolicy):
-            self._offload = cpu_offload
-        else:
-            self._offload = None
+        self._offload = to_offload_policy(cpu_offload)
         self._mixed_precision = mixed_precision
+        self._mp_policy, self._buffer_dtype = to_mixed_precision_policy(mixed_precision)
+        # Lightning's FullyShardedDataParallel arguments: translated, accepted as no-ops, or refused.
+        implied = take_fsdp1_options(fully_shard_kwargs)
+        self._sync_module_states: bool = implied.pop("sync_module_states", False)
         check_forwarded_options(
             type(self), fully_shard_kwargs, fully_shard, reserved=("mesh", "mp_policy", "offload_policy")
         )
-        self._fully_shard_kwargs = fully_shard_kwargs
+        self._fully_shard_kwargs = {**fully_shard_kwargs, **implied}
 
     @property
     def reshard_after_forward(self) -> bool:
         return self._reshard_after_forward
 
     @property
-    def cpu_offload(self) -> bool:
-        return isinstance(self._offload, CPUOffloadPolicy)
+    def sharding_strategy(self) -> ShardingStrategy:
+        """The sharding as torch's (FSDP1) ``ShardingStrategy``, as Lightning's strategy reports it."""
+        return self._sharding.strategy
+
+    @property
+    def cpu_offload(self) -> CPUOffload:
+        """Whether parameters live in CPU memory, as torch's (FSDP1) ``CPUOffload``, as Lightning reports it."""
+        return as_cpu_offload(self._offload)
+
+    @property
+    def mixed_precision(self) -> MixedPrecision | MixedPrecisionPolicy | None:
+        """The ``mixed_precision`` argument, as it was passed."""
+        return self._mixed_precision
+
+    @property
+    def mixed_precision_config(self) -> MixedPrecision | None:
+        """The dtypes in use, as torch's (FSDP1) ``MixedPrecision``: the argument's, else the precision plugin's."""
+        if isinstance(self._mixed_precision, MixedPrecision):
+            return self._mixed_precision
+        if self._mp_policy is not None:
+            return as_mixed_precision(self._mp_policy)
+        precision = self.precision
+        if isinstance(precision, FSDPPrecision):
+            return precision.mixed_precision_config
+        if getattr(precision, "precision", None) == "32-true":
+            return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+        return None
 
     @property
     def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:
         """The policy given to ``fully_shard``: the one passed, else the FSDP precision plugin's."""
-        if self._mixed_precision is not None:
-            return self._mixed_precision
+        if self._mp_policy is not None:
+            return self._mp_policy
         precision = self.precision
         return precision.mixed_precision_policy if isinstance(precision, FSDPPrecision) else None
 
     def configure_launcher(self) -> None:
         """Refuse CPU offload on the CPU accelerator, then pick the launcher as DDP does."""
         accelerator = self.accelerator
-        if self.cpu_offload and accelerator is not None and accelerator.device_type == "cpu":
+        if self._offload is not None and accelerator is not None and accelerator.device_type == "cpu":
             raise InvalidConfigError(
                 "`Fabric(accelerator='cpu', strategy='fsdp_cpu_offload')` (or `FSDPStrategy(cpu_offload=True)`) cannot "
                 "run: FSDP2's CPU offload pins host memory for copies to and from an accelerator, and on a machine "
@@ -237,9 +296,13 @@ class FSDPStrategy(ShardedStrategy):
         if isinstance(spec, DeviceMesh):
             return spec
         device_type = self.root_device.type
+        layout = self._sharding.layout
         if spec is None:
-            spec = (self.num_nodes, self.num_processes) if self._hybrid else (self.world_size,)
-        if len(spec) == 1 and self._hybrid:
+            if layout == "replicate":
+                spec = (self.world_size, 1)
+            else:
+                spec = (self.num_nodes, self.num_processes) if layout == "hybrid" else (self.world_size,)
+        if len(spec) == 1 and layout == "hybrid":
             spec = (self.world_size // spec[0], spec[0])
         size = 1
         for n in spec:
@@ -267,10 +330,17 @@ class FSDPStrategy(ShardedStrategy):
                     "The model is already sharded with `fully_shard`; `FSDPStrategy(auto_wrap_policy=...)` is ignored."
                 )
             return module
+        if self._buffer_dtype is not None:
+            cast_buffers(module, self._buffer_dtype)
+        mesh = self.device_mesh
+        if self._sync_module_states or (mesh.ndim == 2 and mesh.size(0) > 1):
+            # Replicas must start equal (as DDP makes them): FSDP2 keeps each rank's own copy on a replicate
+            # dimension, and shards each rank's own tensors on a shard dimension.
+            _broadcast_from_rank_zero(module)
         if self._checkpointing_policy is not None:
             _checkpoint_activations(module, self._checkpointing_policy)
         kwargs: dict[str, Any] = {
-            "mesh": self.device_mesh,
+            "mesh": mesh,
             "reshard_after_forward": self._reshard_after_forward,
             **self._fully_shard_kwargs,
         }
@@ -296,6 +366,16 @@ def _post_order(module: Module, seen: set[int] | None = None) -> Iterator[Module
         if id(child) not in seen:
             yield from _post_order(child, seen)
     yield module
+
+
+def _broadcast_from_rank_zero(module: Module) -> None:
+    """Give every rank global rank 0's parameters and buffers (not possible for those still on the meta device)."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() < 2:
+        return
+    with torch.no_grad():
+        for tensor in (*module.parameters(), *module.buffers()):
+            if not tensor.is_meta:
+                torch.distributed.broadcast(tensor.data, src=0)
 
 
 def _checkpoint_activations(module: Module, policy: Callable[[Module], bool]) -> None:

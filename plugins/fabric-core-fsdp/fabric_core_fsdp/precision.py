@@ -7,7 +7,7 @@ from typing import Any, Final
 
 import torch
 from torch.amp import GradScaler
-from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
@@ -43,7 +43,8 @@ class FSDPPrecision(LossScaling):
     Args:
         precision: One of ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``.
         device: The device type autocast runs on (``"cuda"``, ``"cpu"``), or a device.
-        scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``.
+        scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``. The
+            ``ShardedGradScaler`` that Lightning code passes works the same (it is a ``GradScaler``).
 
     Raises:
         InvalidConfigError: An unsupported ``precision``, or a scaler with a precision other than ``"16-mixed"``.
@@ -84,6 +85,18 @@ class FSDPPrecision(LossScaling):
         if self.is_true:
             return None
         return MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32)
+
+    @property
+    def mixed_precision_config(self) -> MixedPrecision:
+        """The dtypes in use, as torch's (FSDP1) ``MixedPrecision`` (the type Lightning's plugin reports).
+
+        The "true" precisions hold everything in their dtype. The mixed ones gather parameters in the half
+        dtype but reduce gradients in float32 and leave buffers as they are (``buffer_dtype=None``); Lightning's
+        FSDP1 plugin reduces and keeps buffers in the half dtype instead.
+        """
+        if self.is_true:
+            return MixedPrecision(param_dtype=self.dtype, reduce_dtype=self.dtype, buffer_dtype=self.dtype)
+        return MixedPrecision(param_dtype=self.dtype, reduce_dtype=torch.float32, buffer_dtype=None)
 
     # -- modules and tensors -------------------------------------------------------------------------------
     def convert_module(self, module: Module) -> Module:

@@ -39,7 +39,9 @@ def test_reshard_after_forward_defaults_to_full_sharding() -> None:
 
 
 def test_unknown_sharding_strategy_lists_the_choices() -> None:
-    with pytest.raises(InvalidConfigError, match="'FULL_SHARD', 'SHARD_GRAD_OP', 'HYBRID_SHARD'"):
+    with pytest.raises(InvalidConfigError, match="'FULL_SHARD', 'SHARD_GRAD_OP', 'NO_SHARD', 'HYBRID_SHARD'"):
+        FSDPStrategy(sharding_strategy="NO_SUCH")
+    with pytest.raises(KeyError, match="NO_SUCH"):  # as Lightning's `ShardingStrategy["NO_SUCH"]`
         FSDPStrategy(sharding_strategy="NO_SUCH")
 
 
