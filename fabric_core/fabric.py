@@ -15,6 +15,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabric_core import _fabric_checks as checks
+from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._selection import select
@@ -203,6 +204,7 @@ class Fabric:
         self._validate_launched()
         checks.check_model_and_optimizers(module, optimizers, "setup")
         model, wrapped, scheduler = self._wrap(module, optimizers, scheduler, move_to_device, _reapply_compile)
+        lightning_module.attach_optimizers(model, wrapped)
         self.call("on_after_setup", fabric=self, module=model)
         if not wrapped:
             return model
@@ -239,6 +241,7 @@ class Fabric:
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
+        lightning_module.attach(self, original, self._callbacks)  # before the optimizers see the callbacks
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler
 
