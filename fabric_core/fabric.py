@@ -118,7 +118,7 @@ class Fabric:
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
-        if _launched_by_cli():
+        if _launched_by_cli() or components.processes_exist:
             # The processes exist already: join the process group now, so that everything works at once.
             self._strategy.setup_environment()
             self._launched = True

@@ -1,4 +1,4 @@
-"""A LightningModule trained with Fabric: ``self.log``, ``self.fabric``, hooks through ``fabric.call``, ``optimizers()``.
+"""A LightningModule trained with Fabric: ``self.log``, ``self.fabric``, hooks via ``fabric.call``, ``optimizers()``.
 
 The module is a stand-in that does with ``_fabric`` what LightningModule does (``_jobs/lit_job.py``), so
 nothing here needs the ``lightning`` package.
