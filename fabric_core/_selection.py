@@ -293,14 +293,24 @@ def _select_devices(
         return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel)
     # The scheduler started the processes: they are one job, with one device per process of a node.
     per_node, nodes = started
-    parallel = tuple(cls.get_parallel_devices(cls.parse_devices(per_node)))
+    try:
+        parsed = cls.parse_devices(per_node)
+    except InvalidConfigError as error:
+        raise InvalidConfigError(
+            f"{ctx.environment} started {per_node} processes per node, so `devices='auto'` means {per_node} "
+            f"devices per node, which the {ctx.accelerator} accelerator refuses: {error} Start at most one process "
+            "per device, or pass `devices=1` to run one independent copy per process.",
+            argument="devices",
+            value="auto",
+        ) from None
+    parallel = tuple(cls.get_parallel_devices(parsed))
     num_nodes = nodes if ctx.num_nodes == 1 else ctx.num_nodes  # an explicit num_nodes wins
     reason = f"devices='auto': {per_node} per node x {nodes} node(s), as {ctx.environment} started them"
     decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), reason))
     if num_nodes != ctx.num_nodes:
         decisions.append(Decision("num_nodes", str(num_nodes), f"num_nodes=1 (the default): as {ctx.environment}"))
     log_event("devices_inferred", level="info", environment=ctx.environment, devices=per_node, num_nodes=num_nodes)
-    _tell_inferred(ctx.environment, per_node, num_nodes)
+    _tell_inferred(ctx.environment, per_node, nodes, num_nodes)
     return dataclasses.replace(
         ctx, devices="auto", parallel_devices=parallel, num_nodes=num_nodes, devices_from_environment=True
     )
@@ -318,11 +328,11 @@ def _started_topology(ctx: SelectionContext, environment: Any) -> tuple[int, int
     return (int(per_node), int(nodes)) if per_node >= 1 and nodes >= 1 else None
 
 
-def _tell_inferred(environment: str | None, per_node: int, num_nodes: int) -> None:
+def _tell_inferred(environment: str | None, per_node: int, nodes: int, num_nodes: int) -> None:
     from fabric_core.utilities.rank_zero import rank_zero_info
 
     rank_zero_info(
-        f"{environment} started {per_node * num_nodes} processes ({per_node} per node x {num_nodes} node(s)): "
+        f"{environment} started {per_node * nodes} processes ({per_node} per node x {nodes} node(s)): "
         f"using `devices={per_node}, num_nodes={num_nodes}` for `devices='auto'`, so they train as one job. "
         "Pass `devices=1` to train one independent copy per process instead."
     )

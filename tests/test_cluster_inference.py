@@ -94,6 +94,13 @@ def test_without_the_ddp_plugin_the_error_names_the_process_count(clean_env: pyt
         select(make_manager(), accelerator="cpu")
 
 
+def test_more_processes_than_devices_is_a_clear_error(clean_env: pytest.MonkeyPatch) -> None:
+    torchrun_env(clean_env, per_node=100_000, nodes=1)
+    with pytest.raises(InvalidConfigError, match=r"torchelastic started 100000 processes per node.*devices=1") as info:
+        select(manager(), accelerator="cpu")  # type: ignore[arg-type]
+    assert info.value.argument == "devices"
+
+
 def test_a_plain_run_is_unchanged(clean_env: pytest.MonkeyPatch) -> None:
     ctx = select(manager(), accelerator="cpu").context  # type: ignore[arg-type]
     assert (ctx.environment, ctx.world_size, ctx.strategy, ctx.devices_from_environment) == (
