@@ -241,7 +241,7 @@ class Fabric:
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
-        lightning_module.attach(self, original, self._callbacks)  # before the optimizers see the callbacks
+        lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler
 

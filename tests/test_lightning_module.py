@@ -124,3 +124,27 @@ def test_a_lightning_module_under_two_process_ddp(tmp_path: Path) -> None:
     (metrics,) = tmp_path.glob("lit/version_*/metrics.csv")  # rank 0 writes, rank 1 does not
     with open(metrics, newline="") as f:
         assert len([row["train_loss"] for row in csv.DictReader(f)]) == 3
+
+
+class _DeviceDtypeModuleMixin(torch.nn.Module):
+    """Named as Lightning's mixin (a LightningModule's base): it keeps ``_device`` for ``self.device``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._device = torch.device("meta")  # stale on purpose: only `setup` can make it right here
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+
+class LitWithDevice(LitShaped, _DeviceDtypeModuleMixin):
+    pass
+
+
+@pytest.mark.parametrize("move_to_device", [True, False])
+def test_self_device_is_the_device_the_model_is_on(move_to_device: bool) -> None:
+    fabric = Fabric(accelerator="cpu", devices=1)
+    lit = LitWithDevice()
+    fabric.setup(lit, move_to_device=move_to_device)
+    assert lit.device == torch.device("cpu") == fabric.device
