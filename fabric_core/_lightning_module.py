@@ -11,7 +11,7 @@ step: this is setup-time only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.nn import Module
@@ -62,4 +62,4 @@ def _update_device(root: Module, device: torch.device) -> None:
     # it is set directly, not through `.to()`, which would move parameters that are meant to stay (meta).
     for module in root.modules():
         if any(cls.__name__ == "_DeviceDtypeModuleMixin" for cls in type(module).__mro__):
-            module._device = device
+            cast(Any, module)._device = device
