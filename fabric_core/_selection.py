@@ -56,6 +56,8 @@ class SelectionContext:
         strategy_class: Its class.
         precision: The precision in canonical form (``"bf16-mixed"``).
         interactive: Whether this runs in a notebook or REPL.
+        devices_from_environment: Whether ``devices="auto"`` (and ``num_nodes``) came from the processes the
+            cluster environment started (its ``topology()``), which then exist already.
     """
 
     catalog: Catalog
@@ -71,6 +73,7 @@ class SelectionContext:
     strategy_class: type | None = None
     precision: str | None = None
     interactive: bool = False
+    devices_from_environment: bool = False
 
     @property
     def num_processes(self) -> int:
@@ -106,6 +109,8 @@ class Components:
     checkpoint_io: Any
     loggers: list[Any]
     callbacks: list[Any]
+    #: The cluster environment started the processes and `devices="auto"` counted them: join them at once.
+    processes_exist: bool = False
 
 
 @dataclass
@@ -168,6 +173,7 @@ class Selection:
             checkpoint_io=strategy.checkpoint_io,
             loggers=[c.build() for c in self.loggers],
             callbacks=[c.build() for c in self.callbacks],
+            processes_exist=self.context.devices_from_environment,
         )
 
 
@@ -272,14 +278,64 @@ def _hook(plugin: str | None, what: str) -> str | None:
     return f"{plugin}.fabric_core_select_{what}" if plugin else None
 
 
-def _select_devices(ctx: SelectionContext, devices: Any, decisions: list[Decision]) -> SelectionContext:
+def _select_devices(
+    ctx: SelectionContext, devices: Any, decisions: list[Decision], environment: Any, strategy: Any
+) -> SelectionContext:
     cls: Any = ctx.accelerator_class
     assert cls is not None
     devices = normalize_devices(devices, ctx.accelerator or cls.__name__)
-    parsed = cls.auto_device_count() if devices == "auto" else cls.parse_devices(devices)
+    auto_strategy = isinstance(strategy, str) and strategy.strip().lower() == "auto"
+    started = _started_topology(ctx, environment) if devices == "auto" and auto_strategy else None
+    if started is None:
+        parsed = cls.auto_device_count() if devices == "auto" else cls.parse_devices(devices)
+        parallel = tuple(cls.get_parallel_devices(parsed))
+        decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), f"devices={devices!r}"))
+        return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel)
+    # The scheduler started the processes: they are one job, with one device per process of a node.
+    per_node, nodes = started
+    try:
+        parsed = cls.parse_devices(per_node)
+    except InvalidConfigError as error:
+        raise InvalidConfigError(
+            f"{ctx.environment} started {per_node} processes per node, so `devices='auto'` means {per_node} "
+            f"devices per node, which the {ctx.accelerator} accelerator refuses: {error} Start at most one process "
+            "per device, or pass `devices=1` to run one independent copy per process.",
+            argument="devices",
+            value="auto",
+        ) from None
     parallel = tuple(cls.get_parallel_devices(parsed))
-    decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), f"devices={devices!r}"))
-    return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel)
+    num_nodes = nodes if ctx.num_nodes == 1 else ctx.num_nodes  # an explicit num_nodes wins
+    reason = f"devices='auto': {per_node} per node x {nodes} node(s), as {ctx.environment} started them"
+    decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), reason))
+    if num_nodes != ctx.num_nodes:
+        decisions.append(Decision("num_nodes", str(num_nodes), f"num_nodes=1 (the default): as {ctx.environment}"))
+    log_event("devices_inferred", level="info", environment=ctx.environment, devices=per_node, num_nodes=num_nodes)
+    _tell_inferred(ctx.environment, per_node, nodes, num_nodes)
+    return dataclasses.replace(
+        ctx, devices="auto", parallel_devices=parallel, num_nodes=num_nodes, devices_from_environment=True
+    )
+
+
+def _started_topology(ctx: SelectionContext, environment: Any) -> tuple[int, int] | None:
+    """``(processes per node, nodes)`` of a job whose processes a scheduler started, if it says."""
+    if not ctx.creates_processes_externally:
+        return None
+    topology = getattr(environment, "topology", None)
+    started = topology() if callable(topology) else None
+    if started is None:
+        return None
+    per_node, nodes = started
+    return (int(per_node), int(nodes)) if per_node >= 1 and nodes >= 1 else None
+
+
+def _tell_inferred(environment: str | None, per_node: int, nodes: int, num_nodes: int) -> None:
+    from fabric_core.utilities.rank_zero import rank_zero_info
+
+    rank_zero_info(
+        f"{environment} started {per_node * nodes} processes ({per_node} per node x {nodes} node(s)): "
+        f"using `devices={per_node}, num_nodes={num_nodes}` for `devices='auto'`, so they train as one job. "
+        "Pass `devices=1` to train one independent copy per process instead."
+    )
 
 
 def _select_environment(
@@ -438,8 +494,9 @@ def select(
     plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
     check_one_precision(args["precision"], plugin_precision)
     acc_choice, ctx = _select_accelerator(manager, ctx, args["accelerator"], decisions)
-    ctx = _select_devices(ctx, args["devices"], decisions)
+    # The environment before the devices: a scheduler that started the processes decides `devices="auto"`.
     env_choice, ctx = _select_environment(ctx, plugin_environment, decisions)
+    ctx = _select_devices(ctx, args["devices"], decisions, env_choice.instance, args["strategy"])
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
     _check_strategy_instance(strategy_choice, args)
     check_device_count(ctx, args, strategy_choice.instance)

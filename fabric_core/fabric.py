@@ -15,6 +15,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabric_core import _fabric_checks as checks
+from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._selection import select
@@ -117,7 +118,7 @@ class Fabric:
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
-        if _launched_by_cli():
+        if _launched_by_cli() or components.processes_exist:
             # The processes exist already: join the process group now, so that everything works at once.
             self._strategy.setup_environment()
             self._launched = True
@@ -203,6 +204,7 @@ class Fabric:
         self._validate_launched()
         checks.check_model_and_optimizers(module, optimizers, "setup")
         model, wrapped, scheduler = self._wrap(module, optimizers, scheduler, move_to_device, _reapply_compile)
+        lightning_module.attach_optimizers(model, wrapped)
         self.call("on_after_setup", fabric=self, module=model)
         if not wrapped:
             return model
@@ -239,6 +241,7 @@ class Fabric:
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
+        lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler
 

@@ -78,7 +78,8 @@ def fabric_core_register_environments(registry: Registry) -> None:
     Called once per plugin manager. The target is a
     :class:`~fabric_core.environments.ClusterEnvironment` subclass. Its ``probe`` says whether the current
     process runs under that environment; detection tries probes from the highest priority down and falls
-    back to ``"lightning"``.
+    back to ``"lightning"``. An environment whose scheduler starts the processes should implement
+    ``topology()`` (processes per node, nodes): ``Fabric(devices="auto")`` then runs them as one job.
 
     Args:
         registry: Call ``registry.add(...)`` on it.

@@ -33,7 +33,7 @@ def test_defaults_resolve_to_one_cpu_device_and_fp32() -> None:
     assert type(built.strategy).__name__ == "SingleDeviceStrategy"
     assert built.strategy.root_device == torch.device("cpu")
     assert built.strategy.precision is built.precision
-    assert [d.step for d in selection.decisions] == ["accelerator", "devices", "environment", "strategy", "precision"]
+    assert [d.step for d in selection.decisions] == ["accelerator", "environment", "devices", "strategy", "precision"]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ __all__ = [
     "read_seconds",
     "read_str",
     "resolve_address",
+    "topology_of_hosts",
 ]
 
 #: The variables that place a process in a job, with the least value each may take.
@@ -211,3 +212,14 @@ def check_world_size(scheduler: str, world_size: int, num_devices: int, num_node
             argument="devices",
             value=num_devices,
         )
+
+
+def topology_of_hosts(hosts: list[str]) -> tuple[int, int] | None:
+    """``(processes per node, nodes)`` of a job whose process ``i`` runs on ``hosts[i]``.
+
+    Returns:
+        ``None`` for no hosts, or when the nodes run different numbers of processes.
+    """
+    counts = {host: hosts.count(host) for host in hosts}
+    per_node = set(counts.values())
+    return (per_node.pop(), len(counts)) if len(per_node) == 1 else None

@@ -58,6 +58,15 @@ class ClusterEnvironment(ABC):
     def node_rank(self) -> int:
         """Rank of this node."""
 
+    def topology(self) -> tuple[int, int] | None:
+        """``(processes per node, nodes)`` as the scheduler started them, or ``None`` where it does not say.
+
+        ``Fabric(devices="auto")`` takes its device count (and, left at 1, ``num_nodes``) from here, so that a
+        job started by torchrun, srun or mpirun runs as one job instead of one copy per process. Return
+        ``None`` where the count is unknown or differs between nodes.
+        """
+        return None
+
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:  # noqa: B027 - optional
         """Raise if the scheduler's topology contradicts ``devices``/``num_nodes``."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fabric_core.environments._env import read_int, read_str
 from fabric_core.environments.environment import ClusterEnvironment
 
@@ -57,3 +59,7 @@ class KubeflowEnvironment(ClusterEnvironment):
     def node_rank(self) -> int:
         """The global rank: every pod is its own node."""
         return self.global_rank()
+
+    def topology(self) -> tuple[int, int] | None:
+        """``(1, WORLD_SIZE)``: one process per pod, every pod a node; ``None`` while ``WORLD_SIZE`` is unset."""
+        return (1, self.world_size()) if "WORLD_SIZE" in os.environ else None

@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Final
 
-from fabric_core.environments._env import check_world_size, read_int
+from fabric_core.environments._env import check_world_size, read_int, topology_of_hosts
 from fabric_core.environments.environment import ClusterEnvironment
 from fabric_core.errors import InvalidConfigError
 
@@ -121,6 +121,14 @@ class LSFEnvironment(ClusterEnvironment):
                 )
             self._hosts = hosts
         return self._hosts
+
+    def topology(self) -> tuple[int, int] | None:
+        """``(tasks per host, hosts)`` from the rank file; ``None`` where hosts run different numbers of tasks.
+
+        Raises:
+            InvalidConfigError: The rank file is missing, unreadable or empty.
+        """
+        return topology_of_hosts(self.compute_hosts())
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check that ``devices * num_nodes`` equals ``JSM_NAMESPACE_SIZE``.

@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Any
 
-from fabric_core.environments._env import check_world_size, find_free_network_port
+from fabric_core.environments._env import check_world_size, find_free_network_port, topology_of_hosts
 from fabric_core.environments.environment import ClusterEnvironment
 
 __all__ = ["MPIEnvironment"]
@@ -38,6 +38,7 @@ class MPIEnvironment(ClusterEnvironment):
         hosts: list[str] = comm.allgather(hostname)
         self._node_rank = list(dict.fromkeys(hosts)).index(hostname)
         self._local_rank = hosts[:rank].count(hostname)
+        self._topology = topology_of_hosts(hosts)
         rendezvous = None
         if rank == 0:
             address = os.environ.get("MASTER_ADDR", hostname)
@@ -109,6 +110,10 @@ class MPIEnvironment(ClusterEnvironment):
             InvalidConfigError: They differ.
         """
         check_world_size("the MPI launcher", self.world_size(), num_devices, num_nodes)
+
+    def topology(self) -> tuple[int, int] | None:
+        """``(ranks per host, hosts)`` from the ranks' host names; ``None`` where hosts run different counts."""
+        return self._topology
 
 
 #: World-size variables set by the common MPI launchers: Open MPI, MPICH / Intel MPI (Hydra), MVAPICH.

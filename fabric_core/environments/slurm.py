@@ -140,6 +140,19 @@ class SLURMEnvironment(ClusterEnvironment):
                 value=num_nodes,
             )
 
+    def topology(self) -> tuple[int, int] | None:
+        """``(--ntasks-per-node, --nodes)`` of the job step; ``None`` where the nodes run different task counts.
+
+        Without ``--ntasks-per-node``, only one task per node is an even placement.
+        """
+        nodes = read_int("SLURM_NNODES", 1, minimum=1)
+        per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
+        if per_node is None:  # e.g. "--ntasks=4": SLURM may place them unevenly
+            return (1, nodes) if read_int("SLURM_NTASKS") == nodes else None
+        # "2(x3)" is one count repeated over nodes; "2(x2),1" differs between nodes.
+        match = re.fullmatch(r"\s*(\d+)\s*(\(x\d+\))?\s*", per_node)
+        return (int(match.group(1)), nodes) if match and int(match.group(1)) > 0 else None
+
 
 def _leading_int(text: str) -> int | None:
     match = re.match(r"\s*(\d+)", text)

@@ -83,3 +83,15 @@ class TorchElasticEnvironment(ClusterEnvironment):
             InvalidConfigError: They differ.
         """
         check_world_size("torchrun", self.world_size(), num_devices, num_nodes)
+
+    def topology(self) -> tuple[int, int] | None:
+        """``(LOCAL_WORLD_SIZE, GROUP_WORLD_SIZE)``, as torchrun's ``--nproc-per-node`` and ``--nnodes`` made them.
+
+        ``None`` where torchrun did not export ``LOCAL_WORLD_SIZE``, or where the nodes run different numbers
+        of workers (their product is then not ``WORLD_SIZE``).
+        """
+        if "LOCAL_WORLD_SIZE" not in os.environ:
+            return None
+        per_node, world = read_int("LOCAL_WORLD_SIZE", minimum=1), self.world_size()
+        nodes = read_int("GROUP_WORLD_SIZE", world // per_node, minimum=1)
+        return (per_node, nodes) if per_node * nodes == world else None
