@@ -261,4 +261,18 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "lightning_fabric.utilities.rank_zero_info(stacklevel)": (DELIBERATE, "ours counts from the caller; both attribute the record to the calling line"),
     "lightning_fabric.utilities.rank_zero_warn(stacklevel)": (DELIBERATE, "ours counts from the caller; both attribute the record to the calling line"),
 }
+
+# Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
+BEHAVIOUR: dict[str, tuple[str, str]] = {
+    "bad-devices-string": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
+    "bad-devices-negative": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
+    "bad-devices-list-on-cpu": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
+    "bad-plugin-type": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
+    "mps-not-available": (GAP, "issue 15 #5: InvalidConfigError must also be a RuntimeError where Lightning raises one"),
+    "seed-from-env": (GAP, "FABRIC_CORE_GLOBAL_SEED, written by the previous seed_everything(42), wins over a newer PL_GLOBAL_SEED"),
+    "attribute-dict": (GAP, "issue 15 #2: utilities.data.AttributeDict"),
+    "ddp-strategy-before-setup": (GAP, "issue 15 #4: DDPStrategy().process_group_backend is None before setup"),
+    "save-filter-drops-every-entry": (GAP, "issue 15 #4: a filter that drops every entry of a key drops the key"),
+    "2-ranks:all_gather_int": (GAP, "issue 15 #4: all_gather(3) returns int32 as Lightning does"),
+}
 # fmt: on
