@@ -723,4 +723,252 @@ FABRIC = [
     Case("setup-dataloaders-not-a-loader", _dataloaders_bad, phrase=r"DataLoader"),
 ]
 
-CASES = CONSTRUCTION + UTILITIES + FABRIC + CHECKPOINTS + LOGGERS
+
+# ------------------------------------------------------------------------------ more of the public surface
+
+
+def _env_case(
+    class_name: str, env: dict[str, str], attrs: tuple[str, ...], detect: bool = True
+) -> Callable[[Any, Path], Any]:
+    def fn(lib: Any, tmp: Path) -> Any:
+        for name in [n for n in os.environ if n.startswith(("SLURM_", "LSB_", "KUBERNETES", "TORCHELASTIC", "PMI_"))]:
+            del os.environ[name]
+        for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "NODE_RANK"):
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        cls = getattr(_sub(lib, "plugins.environments"), class_name)
+        result: dict[str, Any] = {"detect": cls.detect()} if detect else {}
+        environment = cls()
+        for attr in attrs:
+            value = getattr(environment, attr)
+            result[attr] = value() if callable(value) else value
+        return result
+
+    return fn
+
+
+_RANK_ATTRS = (
+    "creates_processes_externally",
+    "main_address",
+    "main_port",
+    "world_size",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+)
+_SLURM = {
+    "SLURM_NTASKS": "4",
+    "SLURM_JOB_ID": "1234567",
+    "SLURM_NODELIST": "node[7-8]",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NAME": "train.py",
+    "SLURM_NTASKS_PER_NODE": "2",
+}
+_ELASTIC = {
+    "TORCHELASTIC_RUN_ID": "r",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29999",
+    "WORLD_SIZE": "4",
+    "RANK": "2",
+    "LOCAL_RANK": "0",
+    "GROUP_RANK": "1",
+}
+_KUBEFLOW = {
+    "KUBERNETES_PORT": "tcp://10.0.0.1:443",
+    "MASTER_ADDR": "10.0.0.2",
+    "MASTER_PORT": "23456",
+    "WORLD_SIZE": "2",
+    "RANK": "1",
+}
+_LIGHTNING = {"MASTER_ADDR": "10.0.0.3", "MASTER_PORT": "30000", "NODE_RANK": "1", "LOCAL_RANK": "1"}
+
+ENVIRONMENTS = [
+    Case("slurm-environment", _env_case("SLURMEnvironment", _SLURM, _RANK_ATTRS)),
+    Case("torchelastic-environment", _env_case("TorchElasticEnvironment", _ELASTIC, _RANK_ATTRS)),
+    Case("kubeflow-environment", _env_case("KubeflowEnvironment", _KUBEFLOW, _RANK_ATTRS[:5], detect=False)),
+    Case("kubeflow-detect", _env_case("KubeflowEnvironment", _KUBEFLOW, ()), phrase=r"detected automatically"),
+    Case("lightning-environment", _env_case("LightningEnvironment", _LIGHTNING, _RANK_ATTRS)),
+    Case("mpi-environment-detect", _env_case("MPIEnvironment", {}, ())),
+]
+
+
+def _precision_plugins(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    plugins = _sub(lib, "plugins")
+    mixed = plugins.MixedPrecision(precision="bf16-mixed", device="cpu")
+    half = plugins.HalfPrecision("bf16-true")
+    double = plugins.DoublePrecision()
+    x = torch.ones(1, dtype=torch.float64)
+    return {
+        "mixed": [mixed.precision, str(mixed.convert_input(x).dtype), str(mixed.convert_output(x).dtype)],
+        "half": [
+            half.precision,
+            str(half.convert_input(x).dtype),
+            str(half.convert_module(torch.nn.Linear(1, 1)).weight.dtype),
+        ],
+        "double": [double.precision, str(double.convert_input(torch.ones(1)).dtype)],
+    }
+
+
+def _module_dtype(precision: Any) -> str:
+    import torch
+
+    return str(precision.convert_module(torch.nn.Linear(1, 1)).weight.dtype)
+
+
+def _precision_aliases(lib: Any, tmp: Path) -> Any:
+    import warnings
+
+    out = []
+    for value in (32, "32", 64, "64", "bf16", "16-mixed"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fabric = _fabric(lib, precision=value)
+        out.append(
+            [
+                str(value),
+                type(fabric.strategy.precision).__name__,
+                str(getattr(fabric.strategy.precision, "precision", "")),
+            ]
+        )
+    return out
+
+
+def _cpu_accelerator(lib: Any, tmp: Path) -> Any:
+    cpu = _sub(lib, "accelerators").CPUAccelerator
+    return {
+        "parse_devices": cpu.parse_devices(3),
+        "parallel": [str(d) for d in cpu.get_parallel_devices(2)],
+        "available": cpu.is_available(),
+        "auto_count": cpu.auto_device_count(),
+    }
+
+
+def _data_utilities(lib: Any, tmp: Path) -> Any:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+    class Stream(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(range(3))
+
+    data = _sub(lib, "utilities.data")
+    sized = DataLoader(TensorDataset(torch.arange(4.0)))
+    return {
+        "has_len": [data.has_len(sized), data.has_len(DataLoader(Stream()))],
+        "iterable": [data.has_iterable_dataset(sized), data.has_iterable_dataset(DataLoader(Stream()))],
+        "workers": data.suggested_max_num_workers(1),
+    }
+
+
+def _rank_zero_warn(lib: Any, tmp: Path) -> Any:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _sub(lib, "utilities.rank_zero").rank_zero_warn("careful")
+    # `filterwarnings(category=UserWarning)` must keep working: compare the family, not the class name.
+    return [(issubclass(w.category, UserWarning), str(w.message), Path(w.filename).name) for w in caught]
+
+
+def _seed_workers_env(lib: Any, tmp: Path) -> Any:
+    lib.seed_everything(3, workers=True)
+    return [os.environ.get("PL_GLOBAL_SEED"), os.environ.get("PL_SEED_WORKERS")]
+
+
+def _wrapped_module_surface(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    fabric = _fabric(lib)
+    model = torch.nn.Linear(2, 2)
+    model.custom = 5  # type: ignore[assignment]
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    return {
+        "state_dict": sorted(wrapped.state_dict()),
+        "attr": wrapped.custom,
+        "weight_is_same": wrapped.weight is model.weight,
+        "module_is_same": wrapped.module is model,
+        "param_groups": len(optimizer.param_groups),
+        "optimizer_state_keys": sorted(optimizer.state_dict()),
+        "training": wrapped.training,
+    }
+
+
+def _unwrap_objects(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    fabric = _fabric(lib)
+    model = torch.nn.Linear(2, 2)
+    wrapped = fabric.setup(model)
+    out = _sub(lib, "wrappers")._unwrap_objects({"m": wrapped, "n": 1})
+    return [out["m"] is model, out["n"]]
+
+
+def _ddp_needs_launch(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    fabric = lib.Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    fabric.setup(torch.nn.Linear(2, 2))
+    return "set up"
+
+
+def _print(lib: Any, tmp: Path) -> Any:
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        _fabric(lib).print("hello", 1, sep="-")
+    return buffer.getvalue()
+
+
+def _rank_zero_first(lib: Any, tmp: Path) -> Any:
+    fabric = _fabric(lib)
+    order = []
+    with fabric.rank_zero_first():
+        order.append(fabric.global_rank)
+    with fabric.rank_zero_first(local=True):
+        order.append(fabric.local_rank)
+    return order
+
+
+def _autocast_16_mixed_cpu(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    fabric = _fabric(lib, precision="16-mixed")
+    with fabric.autocast():
+        out = torch.nn.Linear(2, 2)(torch.ones(1, 2))
+    return [type(fabric.strategy.precision).__name__, str(out.dtype)]
+
+
+def _tensorboard_root(lib: Any, tmp: Path) -> Any:
+    import importlib.util
+
+    import pytest
+
+    if not any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")):
+        pytest.skip("neither tensorboard nor tensorboardX is installed")
+    logger = _sub(lib, "loggers").TensorBoardLogger(root_dir=str(tmp / "tb"), name="exp", version=1)
+    return [os.path.relpath(logger.root_dir, tmp), os.path.relpath(logger.log_dir, tmp), logger.name, logger.version]
+
+
+MORE = [
+    Case("precision-plugins", _precision_plugins),
+    Case("precision-aliases", _precision_aliases),
+    Case("cpu-accelerator", _cpu_accelerator),
+    Case("data-utilities", _data_utilities),
+    Case("rank-zero-warn", _rank_zero_warn),
+    Case("seed-workers-env", _seed_workers_env),
+    Case("wrapped-module-surface", _wrapped_module_surface),
+    Case("unwrap-objects", _unwrap_objects),
+    Case("ddp-setup-before-launch", _ddp_needs_launch, phrase=r"launch\(\)"),
+    Case("print", _print),
+    Case("rank-zero-first", _rank_zero_first),
+    Case("autocast-16-mixed-cpu", _autocast_16_mixed_cpu),
+    Case("tensorboard-root-dir", _tensorboard_root),
+]
+
+CASES = CONSTRUCTION + UTILITIES + FABRIC + CHECKPOINTS + LOGGERS + ENVIRONMENTS + MORE
