@@ -84,6 +84,25 @@ def _save_load(fabric: Any, lib: Any) -> Any:
     return [state["step"], remainder]
 
 
+def _all_reduce_dict(fabric: Any, lib: Any) -> Any:
+    out = fabric.all_reduce({"a": torch.tensor(float(fabric.global_rank)), "b": torch.tensor(2.0)}, reduce_op="sum")
+    return {key: float(value) for key, value in sorted(out.items())}
+
+
+def _broadcast_tensor(fabric: Any, lib: Any) -> Any:
+    out = fabric.broadcast(torch.full((2,), float(fabric.global_rank + 5)), src=1)
+    return out.tolist()
+
+
+def _rank_zero_first(fabric: Any, lib: Any) -> Any:
+    path = Path(sys.argv[2]) / "order.txt"
+    with fabric.rank_zero_first():
+        with path.open("a") as file:
+            file.write(str(fabric.global_rank))
+    fabric.barrier("after-rank-zero-first")
+    return path.read_text()
+
+
 PARTS: dict[str, Callable[[Any, Any], Any]] = {
     "ranks": _ranks,
     "all_gather": _all_gather,
@@ -95,6 +114,9 @@ PARTS: dict[str, Callable[[Any, Any], Any]] = {
     "setup_dataloaders": _dataloader,
     "custom_batch_sampler": _batch_sampler,
     "save_load_shared_path": _save_load,
+    "all_reduce_dict": _all_reduce_dict,
+    "broadcast_tensor": _broadcast_tensor,
+    "rank_zero_first": _rank_zero_first,
 }
 
 

@@ -40,6 +40,9 @@ JOB_PARTS = [
     "setup_dataloaders",
     "custom_batch_sampler",
     "save_load_shared_path",
+    "all_reduce_dict",
+    "broadcast_tensor",
+    "rank_zero_first",
 ]
 
 
