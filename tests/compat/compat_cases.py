@@ -955,6 +955,42 @@ def _tensorboard_root(lib: Any, tmp: Path) -> Any:
     return [os.path.relpath(logger.root_dir, tmp), os.path.relpath(logger.log_dir, tmp), logger.name, logger.version]
 
 
+def _resolved(**kwargs: Any) -> Callable[[Any, Path], Any]:
+    """What ``Fabric(**kwargs)`` resolves to, read before any process is launched."""
+
+    def fn(lib: Any, tmp: Path) -> Any:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fabric = lib.Fabric(**kwargs)
+        return {
+            "strategy": type(fabric.strategy).__name__,
+            "accelerator": type(fabric.accelerator).__name__,
+            "precision": type(fabric.strategy.precision).__name__,
+            "world_size": fabric.world_size,
+            "global_rank": fabric.global_rank,
+            "device": str(fabric.device),
+        }
+
+    return fn
+
+
+RESOLUTION = [
+    Case("resolve-defaults", _resolved()),
+    Case("resolve-cpu-auto-devices", _resolved(accelerator="cpu", devices="auto")),
+    Case("resolve-ddp-2", _resolved(accelerator="cpu", devices=2, strategy="ddp")),
+    Case("resolve-ddp-2x2-nodes", _resolved(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp")),
+    Case("resolve-ddp-spawn", _resolved(accelerator="cpu", devices=2, strategy="ddp_spawn")),
+    Case(
+        "resolve-ddp-unused-true", _resolved(accelerator="cpu", devices=2, strategy="ddp_find_unused_parameters_true")
+    ),
+    Case("resolve-cpu-2-auto-strategy", _resolved(accelerator="cpu", devices=2)),
+    Case("resolve-fsdp-cpu", _resolved(accelerator="cpu", devices=2, strategy="fsdp"), phrase=r""),
+    Case("resolve-64-true", _resolved(accelerator="cpu", precision="64-true")),
+    Case("resolve-bf16-true", _resolved(accelerator="cpu", precision="bf16-true")),
+]
+
 MORE = [
     Case("precision-plugins", _precision_plugins),
     Case("precision-aliases", _precision_aliases),
@@ -971,4 +1007,4 @@ MORE = [
     Case("tensorboard-root-dir", _tensorboard_root),
 ]
 
-CASES = CONSTRUCTION + UTILITIES + FABRIC + CHECKPOINTS + LOGGERS + ENVIRONMENTS + MORE
+CASES = CONSTRUCTION + RESOLUTION + UTILITIES + FABRIC + CHECKPOINTS + LOGGERS + ENVIRONMENTS + MORE

@@ -275,3 +275,28 @@ def _is_module(path: str) -> bool:
         return False
     _MODULES_CACHE.add(path)
     return True
+
+
+def main() -> None:
+    """``python tests/compat/compat_surface.py``: the figures for a closing note (found, allow-listed, by kind)."""
+    import known_differences as known
+
+    report = compare()
+    found = {
+        "MODULES": report.modules,
+        "NAMES": report.names,
+        "PARAMS": report.params,
+        "DEFAULTS": list(report.defaults),
+    }
+    print(f"compared: {report.compared_names} public names and members, {report.compared_params} parameters")
+    for section, keys in found.items():
+        listed: dict[str, tuple[str, str]] = getattr(known, section)
+        kinds = [listed[key][0] for key in keys if key in listed]
+        print(
+            f"{section.lower():9s} differing {len(keys):4d}  outside the allow-list {len(keys) - len(kinds):3d}"
+            f"  gap {kinds.count(known.GAP):4d}  deliberate {kinds.count(known.DELIBERATE):3d}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -276,6 +276,7 @@ BEHAVIOUR: dict[str, tuple[str, str]] = {
     "kubeflow-detect": (GAP, "issue 15 #4: KubeflowEnvironment.detect() raises NotImplementedError in Lightning; ours returns False"),
     "unwrap-objects": (GAP, "issue 15 #2: wrappers._unwrap_objects"),
     "tensorboard-root-dir": (GAP, "issue 15 #4: TensorBoardLogger.root_dir is the root, not root/name"),
+    "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),
     "2-ranks:all_gather_int": (GAP, "issue 15 #4: all_gather(3) returns int32 as Lightning does"),
 }
 # fmt: on
