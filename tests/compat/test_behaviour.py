@@ -127,3 +127,22 @@ def test_behaviour_allow_list_names_real_cases() -> None:
     assert not unknown, f"known_differences.BEHAVIOUR lists cases that do not exist: {unknown}"
     for key, (kind, reason) in known.BEHAVIOUR.items():
         assert kind in (known.GAP, known.DELIBERATE) and reason.strip(), key
+
+
+def test_the_comparison_catches_what_it_claims() -> None:
+    """A harness that called everything equal would pass every case: check it tells each difference apart."""
+    case = cases.Case("x", lambda lib, tmp: None, phrase=r"must be positive")
+    theirs = cases.Outcome(error=TypeError, message="devices must be positive")
+
+    class OurTypeError(ValueError, TypeError):
+        pass
+
+    assert cases.difference(case, theirs, cases.Outcome(error=OurTypeError, message="devices must be positive")) is None
+    assert "except TypeError" in str(cases.difference(case, theirs, cases.Outcome(error=ValueError, message="x")))
+    assert "key phrase" in str(cases.difference(case, theirs, cases.Outcome(error=TypeError, message="bad devices")))
+    assert "returned 1" in str(cases.difference(case, theirs, cases.Outcome(value=1)))
+    plain = cases.Case("y", lambda lib, tmp: None)
+    assert cases.difference(plain, cases.Outcome(value=[1, 2]), cases.Outcome(value=[1, 2])) is None
+    assert cases.difference(plain, cases.Outcome(value=[1, 2]), cases.Outcome(value=[2, 1])) is not None
+    with pytest.raises(AssertionError, match="Lightning raised where the case expects a value"):
+        cases.difference(plain, theirs, theirs)
