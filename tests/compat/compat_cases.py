@@ -991,7 +991,61 @@ RESOLUTION = [
     Case("resolve-bf16-true", _resolved(accelerator="cpu", precision="bf16-true")),
 ]
 
+
+def _lightning_module(lib: Any, tmp: Path) -> Any:
+    import torch
+
+    class Module(torch.nn.Linear):
+        """LightningModule-shaped: a ``_fabric`` attribute and hooks, without the lightning package."""
+
+        def __init__(self) -> None:
+            super().__init__(2, 2)
+            self._fabric: Any = None
+            self.calls: list[str] = []
+
+        def on_train_start(self) -> None:
+            self.calls.append("on_train_start")
+
+    fabric = _fabric(lib)
+    module = Module()
+    _, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.1))
+    fabric.call("on_train_start")
+    other = Module()
+    fabric.setup_module(other)
+    return {
+        "fabric_set": module._fabric is fabric,
+        "optimizers": [o is optimizer for o in getattr(module, "_fabric_optimizers", [])],
+        "hook_calls": module.calls,
+        "setup_module_fabric_set": other._fabric is fabric,
+    }
+
+
+def _torchrun_resolution(lib: Any, tmp: Path) -> Any:
+    os.environ.update(
+        TORCHELASTIC_RUN_ID="r",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29999",
+        WORLD_SIZE="2",
+        RANK="1",
+        LOCAL_RANK="1",
+        GROUP_RANK="0",
+        LOCAL_WORLD_SIZE="2",
+    )
+    return _resolved(accelerator="cpu")(lib, tmp)
+
+
+def _fsdp_lightning_arguments(lib: Any, tmp: Path) -> Any:
+    strategy = _sub(lib, "strategies").FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")
+    return {
+        "sharding_strategy": str(getattr(strategy, "sharding_strategy", None)),
+        "cpu_offload": type(getattr(strategy, "cpu_offload", None)).__name__,
+    }
+
+
 MORE = [
+    Case("lightning-module-setup", _lightning_module),
+    Case("torchrun-auto-resolution", _torchrun_resolution),
+    Case("fsdp-lightning-arguments", _fsdp_lightning_arguments),
     Case("precision-plugins", _precision_plugins),
     Case("precision-aliases", _precision_aliases),
     Case("cpu-accelerator", _cpu_accelerator),

@@ -277,6 +277,8 @@ BEHAVIOUR: dict[str, tuple[str, str]] = {
     "unwrap-objects": (GAP, "issue 15 #2: wrappers._unwrap_objects"),
     "tensorboard-root-dir": (GAP, "issue 15 #4: TensorBoardLogger.root_dir is the root, not root/name"),
     "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),
+    "lightning-module-setup": (GAP, "issue 15 #3: setup/setup_module set _fabric/_fabric_optimizers and register the module as a callback"),
+    "fsdp-lightning-arguments": (GAP, "issue 15 #4: FSDP1-style sharding_strategy/cpu_offload exposed with Lightning's types"),
     "2-ranks:all_gather_int": (GAP, "issue 15 #4: all_gather(3) returns int32 as Lightning does"),
 }
 # fmt: on
