@@ -622,7 +622,28 @@ def _load_raw_module(lib: Any, tmp: Path) -> Any:
     return all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))
 
 
+def _load_planted_payload(lib: Any, tmp: Path) -> Any:
+    import pickle
+
+    from fabric_core.testing.payloads import executions, plant_in_torch_file
+
+    fabric = _fabric(lib)
+    path = tmp / "planted.pt"
+    fabric.save(path, {"step": 1})
+    marker = tmp / "EXECUTED"
+    plant_in_torch_file(path, "evil", marker)
+    try:
+        fabric.load(path)
+        caught = "loaded"
+    except pickle.UnpicklingError:
+        caught = "except pickle.UnpicklingError"
+    except Exception as exc:
+        caught = f"other: {type(exc).__name__}"
+    return {"caught": caught, "payload_executions": executions(marker)}
+
+
 CHECKPOINTS = [
+    Case("load-planted-payload", _load_planted_payload),
     Case("save-load-round-trip", _save_load),
     Case("load-without-state", _load_plain),
     Case("save-filter", _save_filter),
