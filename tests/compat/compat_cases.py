@@ -805,7 +805,29 @@ _KUBEFLOW = {
 }
 _LIGHTNING = {"MASTER_ADDR": "10.0.0.3", "MASTER_PORT": "30000", "NODE_RANK": "1", "LOCAL_RANK": "1"}
 
+
+def _lsf_case(with_job_id: bool) -> Callable[[Any, Path], Any]:
+    def fn(lib: Any, tmp: Path) -> Any:
+        import socket
+
+        rankfile = tmp / "rankfile"
+        rankfile.write_text(f"launch-node\n{socket.gethostname()}\n{socket.gethostname()}\nother-node\n")
+        env = {
+            "LSB_DJOB_RANKFILE": str(rankfile),
+            "JSM_NAMESPACE_LOCAL_RANK": "1",
+            "JSM_NAMESPACE_SIZE": "3",
+            "JSM_NAMESPACE_RANK": "1",
+        }
+        if with_job_id:
+            env["LSB_JOBID"] = "123456"
+        return _env_case("LSFEnvironment", env, _RANK_ATTRS)(lib, tmp)
+
+    return fn
+
+
 ENVIRONMENTS = [
+    Case("lsf-environment", _lsf_case(with_job_id=True)),
+    Case("lsf-environment-without-job-id", _lsf_case(with_job_id=False), phrase=r"LSB_JOBID"),
     Case("slurm-environment", _env_case("SLURMEnvironment", _SLURM, _RANK_ATTRS)),
     Case("torchelastic-environment", _env_case("TorchElasticEnvironment", _ELASTIC, _RANK_ATTRS)),
     Case("kubeflow-environment", _env_case("KubeflowEnvironment", _KUBEFLOW, _RANK_ATTRS[:5], detect=False)),

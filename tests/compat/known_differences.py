@@ -280,6 +280,7 @@ BEHAVIOUR: dict[str, tuple[str, str]] = {
     "lightning-module-setup": (GAP, "issue 15 #3: setup/setup_module set _fabric/_fabric_optimizers and register the module as a callback"),
     "fsdp-lightning-arguments": (GAP, "issue 15 #4: FSDP1-style sharding_strategy/cpu_offload exposed with Lightning's types"),
     "load-planted-payload": (GAP, "issue 15 #5: the refusal (a CheckpointError; the payload never runs in either) must also be a pickle.UnpicklingError"),
+    "lsf-environment": (GAP, "issue 15 #4: LSF main port is 10000 + LSB_JOBID % 1000"),
     "2-ranks:all_gather_int": (GAP, "issue 15 #4: all_gather(3) returns int32 as Lightning does"),
 }
 # fmt: on
