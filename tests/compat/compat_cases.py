@@ -276,7 +276,31 @@ def _attribute_dict(lib: Any, tmp: Path) -> Any:
     return {"items": dict(d), "attr": d.a}
 
 
+def _seed_logged(lib: Any, tmp: Path) -> Any:
+    import logging
+
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    handler = Collect(logging.INFO)
+    root = logging.getLogger(lib.__name__)  # Lightning's package logger does not propagate to the root
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        lib.seed_everything(11)
+        lib.seed_everything(12, verbose=False)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    return [message for message in records if "seed" in message.lower()]
+
+
 UTILITIES = [
+    Case("seed-logged", _seed_logged),
     Case("seed-everything", _seed),
     Case("seed-out-of-range", _seed_out_of_range, phrase=r"bounds"),
     Case("seed-from-env", _seed_from_env),

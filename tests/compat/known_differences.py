@@ -270,6 +270,7 @@ BEHAVIOUR: dict[str, tuple[str, str]] = {
     "bad-plugin-type": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
     "mps-not-available": (GAP, "issue 15 #5: InvalidConfigError must also be a RuntimeError where Lightning raises one"),
     "seed-from-env": (GAP, "FABRIC_CORE_GLOBAL_SEED, written by the previous seed_everything(42), wins over a newer PL_GLOBAL_SEED"),
+    "seed-logged": (GAP, "issue 15 #4: 'Seed set to N' without a rank prefix when no rank variable is set, as Lightning logs it"),
     "attribute-dict": (GAP, "issue 15 #2: utilities.data.AttributeDict"),
     "ddp-strategy-before-setup": (GAP, "issue 15 #4: DDPStrategy().process_group_backend is None before setup"),
     "save-filter-drops-every-entry": (GAP, "issue 15 #4: a filter that drops every entry of a key drops the key"),
