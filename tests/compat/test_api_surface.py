@@ -1,0 +1,92 @@
+"""Lightning Fabric's public API surface, compared name by name and parameter by parameter with ours.
+
+Every public name, class member and parameter of the installed ``lightning_fabric`` must exist at the same
+path under ``fabric_core`` (``lightning_fabric.X.Y`` -> ``fabric_core.X.Y``), and every default must match,
+except for the entries of ``known_differences.py``; an entry that no longer differs fails too.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning_fabric")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import compat_surface as surface
+import known_differences as known
+
+
+@functools.cache
+def _report() -> surface.Report:
+    return surface.compare()
+
+
+def _failure(title: str, keys: list[str], hint: str) -> str:
+    lines = [f"{len(keys)} {title} (counts per module, then each):", *surface.iter_summary(keys), ""]
+    lines += [f"  {key}" for key in sorted(keys)]
+    lines += ["", hint]
+    return "\n".join(lines)
+
+
+_ADD = "Add it under fabric_core, or add an entry to tests/compat/known_differences.py with the reason."
+_STALE = "These no longer differ: delete their entries from tests/compat/known_differences.py."
+
+
+def test_every_public_module_imports() -> None:
+    missing = [m for m in _report().modules if m not in known.MODULES]
+    assert not missing, _failure("module paths of lightning_fabric do not import under fabric_core", missing, _ADD)
+
+
+def test_every_public_name_exists() -> None:
+    missing = [n for n in _report().names if n not in known.NAMES]
+    assert not missing, _failure("public names of lightning_fabric are missing under fabric_core", missing, _ADD)
+
+
+def test_every_parameter_exists() -> None:
+    missing = [p for p in _report().params if p not in known.PARAMS]
+    assert not missing, _failure("parameters of lightning_fabric's public API are missing", missing, _ADD)
+
+
+def test_parameter_defaults_match() -> None:
+    report = _report()
+    differing = [f"{key}: {report.defaults[key]}" for key in report.defaults if key not in known.DEFAULTS]
+    assert not differing, _failure("parameter defaults differ from lightning_fabric's", differing, _ADD)
+
+
+@pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS"])
+def test_allow_list_has_no_stale_entries(section: str) -> None:
+    report = _report()
+    found = {
+        "MODULES": set(report.modules),
+        "NAMES": set(report.names),
+        "PARAMS": set(report.params),
+        "DEFAULTS": set(report.defaults),
+    }[section]
+    stale = [key for key in getattr(known, section) if key not in found]
+    assert not stale, _failure(f"{section} entries are stale", stale, _STALE)
+
+
+def test_allow_list_entries_are_well_formed() -> None:
+    for section in ("MODULES", "NAMES", "PARAMS", "DEFAULTS"):
+        for key, (kind, reason) in getattr(known, section).items():
+            assert key.startswith("lightning_fabric"), key
+            assert kind in (known.GAP, known.DELIBERATE), (key, kind)
+            assert reason.strip() and "\n" not in reason, key
+
+
+def test_the_walk_sees_lightnings_whole_api() -> None:
+    """A walk that silently found nothing would pass every test above: check it saw what a user imports."""
+    report = _report()
+    assert report.compared_names > 500 and report.compared_params > 500, report
+    modules = surface.public_modules()
+    assert "lightning_fabric.strategies.ddp" in modules and "lightning_fabric.utilities.seed" in modules
+    assert not any(part.startswith("_") for m in modules for part in m.split("."))
+    import lightning_fabric.fabric
+
+    assert "Fabric" in surface.public_names(lightning_fabric.fabric)
+    assert "Any" not in surface.public_names(lightning_fabric.fabric)  # typing imports are not API
+    assert "setup_module" in surface.public_members(lightning_fabric.fabric.Fabric)
