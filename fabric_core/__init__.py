@@ -1,12 +1,16 @@
 """fabric-core: scale a PyTorch training loop with the Lightning Fabric API, as a plugin microkernel.
 
-``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use.
+``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use. It
+installs one import hook (:mod:`fabric_core._aliases`) so that Lightning's module paths whose classes live
+in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any, Final
+
+from fabric_core._aliases import install_finder
 
 __version__: Final = "0.1.0"
 
@@ -72,11 +76,16 @@ if TYPE_CHECKING:
     from fabric_core.utilities.seed import seed_everything
     from fabric_core.wrappers import is_wrapped
 
+install_finder()
+
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'fabric_core' has no attribute {name!r}")
+        # `fabric_core.strategies.fsdp.FSDPStrategy` after a bare `import fabric_core`, as with Lightning
+        from fabric_core._lazy import submodule
+
+        return submodule(__name__, name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
