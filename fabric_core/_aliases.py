@@ -1,7 +1,8 @@
 """Lightning's module paths whose classes live in plugins: ``import fabric_core.strategies.ddp``.
 
 A plugin declares them in ``fabric_core_register_modules`` (``"strategies.ddp"`` -> ``"fabric_core_ddp.ddp"``).
-:class:`AliasFinder` sits at the end of ``sys.meta_path``, after the normal finders, so a module the core
+:class:`fabric_core._AliasFinder` (defined in the package, to keep ``import fabric_core`` small) sits at the end
+of ``sys.meta_path``, after the normal finders, so a module the core
 really has always wins; only a miss under ``fabric_core.`` reaches it, and it then reads the declarations
 from the default plugin manager (discovery imports no torch and happens once). The alias is the plugin's
 module object itself, so ``fabric_core.strategies.ddp.DDPStrategy is fabric_core_ddp.ddp.DDPStrategy``.
@@ -14,18 +15,16 @@ installed one did not load (blocked, failed).
 from __future__ import annotations
 
 import importlib
-import sys
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from importlib.abc import Loader
 
     from fabric_core._registry import Catalog
 
-__all__ = ["AliasFinder", "install_finder", "resolve"]
+__all__ = ["find_spec", "resolve"]
 
 PREFIX: Final = "fabric_core."
 
@@ -92,26 +91,9 @@ def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> Module
     )
 
 
-class AliasFinder:
-    """A meta-path finder for ``fabric_core.<path>`` modules that plugins declare; see the module docstring."""
+def find_spec(fullname: str) -> ModuleSpec | None:
+    """What :class:`fabric_core._AliasFinder` answers for ``fullname`` (under ``fabric_core.``)."""
+    from fabric_core._manager import get_manager
 
-    fabric_core_alias_finder: Final = True  # how install_finder recognises one, even from a reloaded module
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if not fullname.startswith(PREFIX):
-            return None
-        from fabric_core._manager import get_manager
-
-        manager = get_manager()
-        return resolve(fullname, manager.catalog, autoload=manager.autoload)
-
-    def invalidate_caches(self) -> None:
-        """Nothing to drop: declarations belong to the plugin manager."""
-
-
-def install_finder() -> None:
-    """Append one :class:`AliasFinder` to ``sys.meta_path`` (after the normal finders); idempotent."""
-    if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path):
-        sys.meta_path.append(AliasFinder())
+    manager = get_manager()
+    return resolve(fullname, manager.catalog, autoload=manager.autoload)

@@ -118,7 +118,7 @@ def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
         import fabric_core
         assert "torch" not in sys.modules and "fabric_core._manager" not in sys.modules
         from importlib.machinery import PathFinder
-        assert type(sys.meta_path[-1]).__name__ == "AliasFinder" and PathFinder in sys.meta_path[:-1]
+        assert type(sys.meta_path[-1]).__name__ == "_AliasFinder" and PathFinder in sys.meta_path[:-1]
         cls = fabric_core.strategies.fsdp.FSDPStrategy
         import fabric_core_fsdp.fsdp
         assert cls is fabric_core_fsdp.fsdp.FSDPStrategy
