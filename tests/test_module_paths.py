@@ -36,16 +36,6 @@ PENDING: dict[str, str] = {
     "utilities.throughput": "Throughput (item 2)",
     "utilities.types": "Optimizable, Steppable (item 2)",
     "utilities.warnings": "PossibleUserWarning (item 2)",
-    # Lightning's modules below hold only private names (underscore helpers of its own internals).
-    "connector": "Lightning's _Connector; fabric_core resolves arguments in _selection",
-    "utilities.consolidate_checkpoint": "private CLI helpers; `fabric-core consolidate` is ours",
-    "utilities.device_dtype_mixin": "private _DeviceDtypeModuleMixin",
-    "utilities.imports": "private version flags",
-    "utilities.load": "private lazy-loading helpers",
-    "utilities.logger": "private parameter-flattening helpers",
-    "utilities.optimizer": "private _optimizers_to_device",
-    "utilities.registry": "private _load_external_callbacks",
-    "utilities.testing": "private _runif_reasons",
 }
 
 
@@ -128,6 +118,9 @@ def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
         assert fabric_core_ddp.ddp.__spec__.name == "fabric_core_ddp.ddp"  # its own spec is kept
         assert fabric_core.plugins.environments.slurm.SLURMEnvironment.__name__ == "SLURMEnvironment"
         assert not hasattr(fabric_core.strategies, "no_such_module")
+        assert fabric_core.utilities.optimizer._optimizers_to_device.__name__ == "_optimizers_to_device"
+        assert fabric_core.plugins.precision.double.DoublePrecision.__name__ == "DoublePrecision"
+        assert fabric_core.strategies.launchers.xla.XLALauncher.__module__ == "fabric_core_xla.launcher"
         print("ok")
     """
     done = run_python(code)
