@@ -11,7 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from importlib import metadata
+from importlib import metadata, util
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +216,28 @@ def test_third_party_plugin_declares_a_path_and_core_modules_win() -> None:
     """
     done = run_python(code)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_install_hint_table_matches_what_first_party_plugins_declare() -> None:
+    from fabric_core._manager import PluginManager, dist_key
+
+    manager = PluginManager(environ={})  # every installed plugin, none of the caller's switches
+    dists = {r.name: dist_key(r.distribution) for r in manager.records if r.distribution}
+    declared = {
+        path: dists[d.plugin]
+        for path, ds in manager.catalog.modules.items()
+        for d in ds
+        if dists.get(d.plugin, "").startswith("fabric-core-")
+    }
+    # Each path of the static table is declared by the distribution the table names, and nothing more.
+    assert declared == FIRST_PARTY_MODULES
+
+
+def test_a_declared_module_that_fails_to_import_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('needs a GPU driver')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    catalog = make_manager(("acme", _declaring(("strategies.acme", "broken_on_import")))).catalog
+    spec = resolve("fabric_core.strategies.acme", catalog)
+    assert spec is not None
+    with pytest.raises(ImportError, match=r"plugin 'acme' as 'broken_on_import', which failed.*needs a GPU driver"):
+        util.module_from_spec(spec)
