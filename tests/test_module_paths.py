@@ -233,7 +233,7 @@ def test_install_hint_table_matches_what_first_party_plugins_declare() -> None:
     assert declared == FIRST_PARTY_MODULES
 
 
-def test_a_declared_module_that_fails_to_import_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_declared_module_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('needs a GPU driver')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     catalog = make_manager(("acme", _declaring(("strategies.acme", "broken_on_import")))).catalog
