@@ -1,8 +1,9 @@
 """``fabric_core.plugins.collectives``: collective operations on process groups (Lightning's path).
 
 Submodules, as in Lightning: ``collective`` (``Collective``), ``single_device``
-(``SingleDeviceCollective``) and ``torch_collective`` (``TorchCollective``). The classes are loaded on first
-use, so ``import fabric_core.plugins.collectives`` imports no torch.
+(``SingleDeviceCollective``) and ``torch_collective`` (``TorchCollective``); ``CollectibleGroup`` comes from
+``fabric_core.utilities.types``. Names load on first use, so ``import fabric_core.plugins.collectives`` imports
+no torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ __getattr__, __dir__ = class_getattr(
     __name__,
     (),
     {
+        "CollectibleGroup": "fabric_core.utilities.types",
         "Collective": "fabric_core.plugins.collectives.collective",
         "SingleDeviceCollective": "fabric_core.plugins.collectives.single_device",
         "TorchCollective": "fabric_core.plugins.collectives.torch_collective",
