@@ -1,11 +1,14 @@
 """fabric-core: scale a PyTorch training loop with the Lightning Fabric API, as a plugin microkernel.
 
-``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use.
+``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use. It
+installs one import hook (:mod:`fabric_core._aliases`) so that Lightning's module paths whose classes live
+in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 __version__: Final = "0.1.0"
@@ -56,6 +59,10 @@ _LAZY: Final = {
 }
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
     from fabric_core._manager import PluginManager, PluginRecord, get_manager
     from fabric_core._registry import Catalog, Entry, Registry, Spec, spec
     from fabric_core.errors import (
@@ -73,10 +80,36 @@ if TYPE_CHECKING:
     from fabric_core.wrappers import is_wrapped
 
 
+class _AliasFinder:
+    """Import hook for Lightning's module paths that plugins declare (``fabric_core.strategies.ddp``).
+
+    It sits after the normal finders, so it sees only a miss under ``fabric_core.``; the work is in
+    :mod:`fabric_core._aliases`, imported on the first such miss.
+    """
+
+    fabric_core_alias_finder: Final = True  # how a second import (a reload) recognises an installed one
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if not fullname.startswith("fabric_core."):
+            return None
+        from fabric_core._aliases import find_spec
+
+        return find_spec(fullname)
+
+
+if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path):
+    sys.meta_path.append(_AliasFinder())
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'fabric_core' has no attribute {name!r}")
+        # `fabric_core.strategies.fsdp.FSDPStrategy` after a bare `import fabric_core`, as with Lightning
+        from fabric_core._lazy import submodule
+
+        return submodule(__name__, name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

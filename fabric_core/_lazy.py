@@ -11,7 +11,26 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["class_getattr"]
+__all__ = ["class_getattr", "submodule"]
+
+
+def submodule(package: str, name: str) -> Any:
+    """Import ``package.name`` for an attribute access (``fabric_core.strategies.fsdp``).
+
+    Raises:
+        AttributeError: There is no such module, with the reason (e.g. the ``pip install`` hint) when one is
+            known; an ``AttributeError`` so that ``hasattr`` and ``getattr(..., default)`` keep working.
+    """
+    if name.startswith("_") or not name.isidentifier():
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    full = f"{package}.{name}"
+    try:
+        return importlib.import_module(full)
+    except ModuleNotFoundError as exc:
+        if exc.name != full:
+            raise  # the submodule exists but something it imports does not
+        detail = "" if str(exc) == f"No module named {full!r}" else f" ({exc})"  # e.g. how to install it
+        raise AttributeError(f"module {package!r} has no attribute {name!r}{detail}") from exc
 
 
 def class_getattr(
@@ -31,6 +50,8 @@ def class_getattr(
         module = local.get(name)
         if module is not None:
             return getattr(importlib.import_module(module), name)
+        if name.islower():  # a module path (``strategies.fsdp``); classes are CamelCase
+            return submodule(package, name)
         from fabric_core._manager import get_manager
 
         catalog = get_manager().catalog

@@ -21,7 +21,7 @@ import pluggy
 
 from fabric_core import hookspecs
 from fabric_core._logging import log_event
-from fabric_core._registry import Catalog, Entry, Registry, Spec
+from fabric_core._registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core.errors import (
     FabricCoreError,
     IncompatiblePluginError,
@@ -391,11 +391,14 @@ class PluginManager:
                     continue
                 entries.extend(registry.entries)
                 overrides.extend((kind, name, impl.plugin_name) for name in registry.overrides)
+        modules = self._declared_modules()
+        failed = {n for n, r in self._records.items() if r.status != "loaded"}
         catalog = Catalog(
-            entries,
-            overrides,
+            [e for e in entries if e.plugin not in failed],
+            [o for o in overrides if o[2] not in failed],
             plugin_aliases={a: tuple(k) for a, k in self._aliases.items()},
             unavailable=self._unavailable(),
+            modules=modules,
         )
         for entry in catalog.shadowed:
             if entry.plugin != BUILTIN:
@@ -408,6 +411,23 @@ class PluginManager:
                 )
         log_event("catalog_built", entries=len(catalog), plugins=sorted(self._records))
         return catalog
+
+    def _declared_modules(self) -> list[ModuleDeclaration]:
+        """Call every plugin's ``fabric_core_register_modules``; a plugin whose hook raises is marked failed."""
+        declared: list[ModuleDeclaration] = []
+        for impl in reversed(self._pm.hook.fabric_core_register_modules.get_hookimpls()):
+            if self._pm.get_plugin(impl.plugin_name) is None:
+                continue
+            registry = ModuleRegistry(impl.plugin_name)
+            try:
+                impl.function(registry)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                self._fail_loaded(impl.plugin_name, describe_failure(exc, "fabric_core_register_modules"))
+                continue
+            declared.extend(registry.declarations)
+        return declared
 
     def _unavailable(self) -> dict[str, str]:
         """Why each installed plugin that is not loaded is not, keyed by plugin and distribution name."""

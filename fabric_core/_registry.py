@@ -23,11 +23,13 @@ from fabric_core.errors import (
     describe_failure,
 )
 
-__all__ = ["KINDS", "Catalog", "Entry", "Registry", "Spec", "spec"]
+__all__ = ["KINDS", "Catalog", "Entry", "ModuleDeclaration", "ModuleRegistry", "Registry", "Spec", "spec"]
 
 KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_MODULE_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def import_target(target: str) -> Any:
@@ -247,6 +249,58 @@ class Registry:
         return entry
 
 
+@final
+@dataclass(frozen=True)
+class ModuleDeclaration:
+    """One compatibility module a plugin provides: ``fabric_core.<path>`` is the plugin's ``module``.
+
+    Attributes:
+        path: The path under ``fabric_core`` (``"strategies.ddp"``), Lightning's module path.
+        module: The plugin's module that is imported under that path (``"fabric_core_ddp.ddp"``).
+        plugin: The name of the plugin that declared it.
+    """
+
+    path: str
+    module: str
+    plugin: str
+
+
+class ModuleRegistry:
+    """What :func:`~fabric_core.hookspecs.fabric_core_register_modules` receives: :meth:`add` declares a path."""
+
+    def __init__(self, plugin: str) -> None:
+        self.plugin: Final = plugin
+        self.declarations: list[ModuleDeclaration] = []
+
+    def add(self, path: str, module: str) -> ModuleDeclaration:
+        """Declare that ``import fabric_core.<path>`` gives the plugin's ``module`` (the same module object).
+
+        Args:
+            path: Dotted path under ``fabric_core``, without the ``fabric_core.`` prefix (``"strategies.ddp"``);
+                lower-case letters, digits and ``_``. A module the core itself has at that path wins.
+            module: The plugin's module, as ``import`` spells it (``"fabric_core_ddp.ddp"``). Nothing is
+                imported now: it is imported when the path is.
+
+        Raises:
+            InvalidConfigError: A malformed path or module name.
+        """
+        if not isinstance(path, str) or not _MODULE_PATH.match(path) or path.startswith("fabric_core."):
+            raise InvalidConfigError(
+                f"Plugin {self.plugin!r} declared the module path {path!r}: expected a dotted path under "
+                "fabric_core without its prefix, e.g. 'strategies.ddp'.",
+                value=path,
+            )
+        if not isinstance(module, str) or not _MODULE.match(module):
+            raise InvalidConfigError(
+                f"Plugin {self.plugin!r} declared {path!r} as {module!r}: expected a module name such as "
+                "'my_plugin.strategy'.",
+                value=module,
+            )
+        declaration = ModuleDeclaration(path, module, self.plugin)
+        self.declarations.append(declaration)
+        return declaration
+
+
 class Catalog:
     """Every registered entry, immutable once built, looked up by name, alias or ``"plugin:name"``.
 
@@ -262,6 +316,7 @@ class Catalog:
         *,
         plugin_aliases: Mapping[str, tuple[str, ...]] | None = None,
         unavailable: Mapping[str, str] | None = None,
+        modules: Iterable[ModuleDeclaration] = (),
     ) -> None:
         """Build the catalog.
 
@@ -272,6 +327,7 @@ class Catalog:
                 (a distribution's name), or one name two plugins share (then it selects neither alone).
             unavailable: Why installed plugins are not loaded, by plugin and distribution name; an unknown
                 name that one of them would provide says so instead of suggesting an install.
+            modules: The compatibility modules plugins declared (``fabric_core.<path>`` import paths).
         """
         self._plugin_aliases: Final = MappingProxyType(dict(plugin_aliases or {}))
         self.unavailable: Final[Mapping[str, str]] = MappingProxyType(dict(unavailable or {}))
@@ -298,6 +354,13 @@ class Catalog:
                     group = builtin
             self._index[(kind, n)] = tuple(dict.fromkeys(group))
         self.shadowed: Final[tuple[Entry, ...]] = tuple(dict.fromkeys(shadowed))
+        declared: dict[str, list[ModuleDeclaration]] = {}
+        for d in modules:
+            declared.setdefault(d.path, []).append(d)
+        #: ``{path under fabric_core: every declaration of it}``; more than one distinct module is ambiguous.
+        self.modules: Final[Mapping[str, tuple[ModuleDeclaration, ...]]] = MappingProxyType(
+            {p: tuple(ds) for p, ds in declared.items()}
+        )
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries)

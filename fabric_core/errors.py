@@ -76,6 +76,31 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
 }
 
 
+# The same, for Lightning's module paths whose classes live in a first-party plugin (``fabric_core.<path>``).
+FIRST_PARTY_MODULES: Final[dict[str, str]] = {
+    "accelerators.cuda": "fabric-core-cuda",
+    "accelerators.mps": "fabric-core-mps",
+    **dict.fromkeys(("strategies.ddp", "strategies.dp"), "fabric-core-ddp"),
+    **dict.fromkeys(("strategies.fsdp", "strategies.model_parallel", "plugins.precision.fsdp"), "fabric-core-fsdp"),
+    **dict.fromkeys(("strategies.deepspeed", "plugins.precision.deepspeed"), "fabric-core-deepspeed"),
+    "plugins.precision.bitsandbytes": "fabric-core-bitsandbytes",
+    "loggers.tensorboard": "fabric-core-tensorboard",
+    **dict.fromkeys(
+        (
+            "accelerators.xla",
+            "strategies.xla",
+            "strategies.single_xla",
+            "strategies.xla_fsdp",
+            "strategies.launchers.xla",
+            "plugins.environments.xla",
+            "plugins.io.xla",
+            "plugins.precision.xla",
+        ),
+        "fabric-core-xla",
+    ),
+}
+
+
 def install_hint(kind: str, name: str) -> str | None:
     """Return the ``pip install`` command for a first-party plugin that provides ``name``, if any."""
     dist = FIRST_PARTY_HINTS.get((kind, name.lower()))

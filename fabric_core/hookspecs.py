@@ -7,7 +7,8 @@ classes they name are imported only when a user chooses them.
 Three families of hooks:
 
 * **Registration** (``fabric_core_register_*``): called once per plugin manager, at discovery. Each receives
-  a :class:`~fabric_core.Registry` for one kind of component and calls ``registry.add(...)``.
+  a :class:`~fabric_core.Registry` for one kind of component and calls ``registry.add(...)``;
+  ``fabric_core_register_modules`` declares the Lightning import paths the plugin's modules serve.
 * **Selection** (``fabric_core_select_*``, ``firstresult``): called while ``Fabric(...)`` resolves its
   arguments. Each maps what the user asked for to the catalog name that serves it here. The first plugin
   to return something other than ``None`` decides; the core's own answer is a ``trylast`` implementation.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry, Spec
+    from fabric_core._registry import ModuleRegistry, Registry, Spec
     from fabric_core._selection import SelectionContext
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
@@ -106,6 +107,21 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
 
     Args:
         registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare the Lightning module paths this plugin provides, so that ``fabric_core.<path>`` imports.
+
+    Called once per plugin manager, with the other registration hooks. ``registry.add("strategies.ddp",
+    "fabric_core_ddp.ddp")`` makes ``import fabric_core.strategies.ddp`` (and the attribute
+    ``fabric_core.strategies.ddp``) give the module ``fabric_core_ddp.ddp`` itself, imported only then. Use
+    Lightning Fabric's path for the classes the module holds (``lightning.fabric.strategies.ddp``), so that
+    code changing only its import prefix finds them. A module the core itself has at a path always wins.
+
+    Args:
+        registry: Call ``registry.add(path, module)`` on it; it records strings and imports nothing.
     """
 
 

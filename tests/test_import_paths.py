@@ -43,6 +43,10 @@ def test_unknown_class_lists_what_is_there() -> None:
 
 
 def test_import_paths_are_lazy() -> None:
-    code = "import sys, fabric_core.strategies, fabric_core.plugins, fabric_core.loggers; print('torch' in sys.modules)"
+    code = (
+        "import sys, fabric_core.strategies, fabric_core.plugins, fabric_core.loggers, fabric_core.plugins.precision, "
+        "fabric_core.plugins.environments, fabric_core.plugins.io, fabric_core.plugins.collectives, "
+        "fabric_core.strategies.launchers; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"

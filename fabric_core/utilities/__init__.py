@@ -76,7 +76,9 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'fabric_core.utilities' has no attribute {name!r}")
+        from fabric_core._lazy import submodule
+
+        return submodule(__name__, name)  # `fabric_core.utilities.seed` after a bare `import fabric_core`
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

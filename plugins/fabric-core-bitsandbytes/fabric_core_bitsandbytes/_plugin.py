@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
 
 _PRECISION: Final = "fabric_core_bitsandbytes.precision:BitsandbytesPrecision"
 #: Each mode and what it does to the model's ``nn.Linear`` layers.
@@ -27,3 +27,9 @@ def fabric_core_register_precisions(registry: Registry) -> None:
     """Register one precision per quantization mode."""
     for mode, description in MODES.items():
         registry.add(mode, _PRECISION, description=description, defaults={"mode": mode}, requires=("bitsandbytes",))
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("plugins.precision.bitsandbytes", "fabric_core_bitsandbytes.precision")

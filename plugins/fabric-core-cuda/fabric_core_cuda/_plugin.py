@@ -8,7 +8,7 @@ from fabric_core.errors import AmbiguousNameError, InvalidConfigError
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Catalog, Registry
+    from fabric_core._registry import Catalog, ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 #: Above the cpu (0), below XLA (30); mps shares the band: no machine has both.
@@ -56,3 +56,9 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
         argument="accelerator",
         value=requested,
     )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("accelerators.cuda", "fabric_core_cuda.accelerator")

@@ -10,7 +10,7 @@ from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 _DDP: Final = "fabric_core_ddp.ddp:DDPStrategy"
@@ -91,3 +91,10 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
             argument="strategy",
             value=context.strategy,
         )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("strategies.ddp", "fabric_core_ddp.ddp")
+    registry.add("strategies.dp", "fabric_core_ddp.dp")

@@ -11,7 +11,7 @@ from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 _STRATEGY: Final = "fabric_core_deepspeed.strategy:DeepSpeedStrategy"
@@ -116,3 +116,10 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
         argument="precision",
         value=context.precision,
     )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("strategies.deepspeed", "fabric_core_deepspeed.strategy")
+    registry.add("plugins.precision.deepspeed", "fabric_core_deepspeed.precision")

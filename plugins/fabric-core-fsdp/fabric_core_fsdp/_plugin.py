@@ -9,7 +9,7 @@ from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 _FSDP: Final = "fabric_core_fsdp.fsdp:FSDPStrategy"
@@ -117,3 +117,11 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
             argument="precision",
             value=context.precision,
         )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("strategies.fsdp", "fabric_core_fsdp.fsdp")
+    registry.add("strategies.model_parallel", "fabric_core_fsdp.model_parallel")
+    registry.add("plugins.precision.fsdp", "fabric_core_fsdp.precision")

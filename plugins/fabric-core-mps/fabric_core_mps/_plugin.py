@@ -8,7 +8,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 #: Above the cpu (0), below XLA (30); cuda shares the band: no machine has both.
@@ -61,3 +61,9 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
             argument="strategy",
             value=context.strategy,
         )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("accelerators.mps", "fabric_core_mps.accelerator")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fabric_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
 
 
 @hookimpl
@@ -21,3 +21,9 @@ def fabric_core_register_loggers(registry: Registry) -> None:
         defaults={"root_dir": "."},
         requires=("tensorboard",),
     )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("loggers.tensorboard", "fabric_core_tensorboard.logger")

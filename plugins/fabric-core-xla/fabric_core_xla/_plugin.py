@@ -9,7 +9,7 @@ from fabric_core.hookspecs import hookimpl
 from fabric_core_xla._names import PRECISIONS, STRATEGIES, precision_entry
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core._registry import ModuleRegistry, Registry
     from fabric_core._selection import SelectionContext
 
 #: Above every other accelerator: a host with TPUs wants them, even if it also has a GPU.
@@ -151,3 +151,16 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
             argument="strategy",
             value=context.strategy,
         )
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    registry.add("accelerators.xla", "fabric_core_xla.accelerator")
+    registry.add("strategies.xla", "fabric_core_xla.strategy")
+    registry.add("strategies.single_xla", "fabric_core_xla.single_device")
+    registry.add("strategies.xla_fsdp", "fabric_core_xla.fsdp")
+    registry.add("strategies.launchers.xla", "fabric_core_xla.launcher")
+    registry.add("plugins.environments.xla", "fabric_core_xla.environment")
+    registry.add("plugins.io.xla", "fabric_core_xla.checkpoint_io")
+    registry.add("plugins.precision.xla", "fabric_core_xla.precision")

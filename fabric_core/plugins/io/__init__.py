@@ -1,4 +1,8 @@
-"""``fabric_core.plugins.io``: checkpoint I/O classes."""
+"""``fabric_core.plugins.io``: checkpoint I/O classes.
+
+Lightning's submodules: ``checkpoint_io`` and ``torch_io`` from the core; ``xla`` from the plugin that
+declares it.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,99 @@
+"""Lightning's module paths whose classes live in plugins: ``import fabric_core.strategies.ddp``.
+
+A plugin declares them in ``fabric_core_register_modules`` (``"strategies.ddp"`` -> ``"fabric_core_ddp.ddp"``).
+:class:`fabric_core._AliasFinder` (defined in the package, to keep ``import fabric_core`` small) sits at the end
+of ``sys.meta_path``, after the normal finders, so a module the core
+really has always wins; only a miss under ``fabric_core.`` reaches it, and it then reads the declarations
+from the default plugin manager (discovery imports no torch and happens once). The alias is the plugin's
+module object itself, so ``fabric_core.strategies.ddp.DDPStrategy is fabric_core_ddp.ddp.DDPStrategy``.
+
+A path that a first-party plugin would provide but that no loaded plugin declares raises
+``ModuleNotFoundError`` that says how to get it: ``pip install`` when the plugin is not installed, or why an
+installed one did not load (blocked, failed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+
+    from fabric_core._registry import Catalog
+
+__all__ = ["find_spec", "resolve"]
+
+PREFIX: Final = "fabric_core."
+
+
+class _AliasLoader:
+    """Loads an alias as the plugin's module object itself (no second copy of the module)."""
+
+    def __init__(self, module: str, plugin: str) -> None:
+        self.module = module
+        self.plugin = plugin
+        self._original: Any = None
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        try:
+            module = importlib.import_module(self.module)
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise ImportError(
+                f"{spec.name} is provided by the fabric-core plugin {self.plugin!r} as {self.module!r}, which "
+                f"failed to import: {exc!r}",
+                name=spec.name,
+            ) from exc
+        # The import system sets __spec__ on the module it is given; keep the module's own (restored below).
+        self._original = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._original  # the module was executed by its own import already
+
+
+def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> ModuleSpec | None:
+    """The spec for ``fullname`` if a plugin declares it, ``None`` if nothing is known of it.
+
+    Raises:
+        ModuleNotFoundError: A first-party plugin's path that no loaded plugin declares, with how to get it.
+        ImportError: Two plugins declare the path as different modules.
+    """
+    from fabric_core.errors import FIRST_PARTY_MODULES
+
+    path = fullname.removeprefix(PREFIX)
+    declared = catalog.modules.get(path, ())
+    targets = sorted({d.module for d in declared})
+    if len(targets) > 1:
+        who = ", ".join(sorted(f"{d.plugin!r} ({d.module})" for d in declared))
+        raise ImportError(
+            f"{fullname} is declared by more than one fabric-core plugin: {who}. Import the plugin's module "
+            "directly, or block one of them with FABRIC_CORE_BLOCK_PLUGINS.",
+            name=fullname,
+        )
+    if declared:
+        # A duck-typed loader: importlib.abc is not imported at `import fabric_core` (it costs startup time).
+        loader = cast("Loader", _AliasLoader(declared[0].module, declared[0].plugin))
+        return ModuleSpec(fullname, loader, origin=declared[0].module)
+    dist = FIRST_PARTY_MODULES.get(path)
+    if dist is None:
+        return None
+    why = catalog.unavailable.get(dist)
+    if why is None and not autoload:
+        why = "Plugins are not loaded here (FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD is set)."
+    how = why if why else f"Install it: `pip install {dist}`."
+    raise ModuleNotFoundError(
+        f"No module named {fullname!r}: its classes come from the plugin {dist}. {how}", name=fullname
+    )
+
+
+def find_spec(fullname: str) -> ModuleSpec | None:
+    """What :class:`fabric_core._AliasFinder` answers for ``fullname`` (under ``fabric_core.``)."""
+    from fabric_core._manager import get_manager
+
+    manager = get_manager()
+    return resolve(fullname, manager.catalog, autoload=manager.autoload)

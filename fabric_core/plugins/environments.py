@@ -1,8 +1,0 @@
-"""``fabric_core.plugins.environments``: cluster environments, the core's and installed plugins'."""
-
-from __future__ import annotations
-
-from fabric_core._lazy import class_getattr
-from fabric_core.plugins._paths import ENVIRONMENTS
-
-__getattr__, __dir__ = class_getattr(__name__, ("environment",), ENVIRONMENTS)

@@ -1,8 +1,0 @@
-"""``fabric_core.plugins.precision``: precision classes, the core's and installed plugins'."""
-
-from __future__ import annotations
-
-from fabric_core._lazy import class_getattr
-from fabric_core.plugins._paths import PRECISIONS
-
-__getattr__, __dir__ = class_getattr(__name__, ("precision",), PRECISIONS)

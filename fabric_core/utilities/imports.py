@@ -1,0 +1,29 @@
+"""Lightning's ``utilities.imports`` path: the platform and version flags its code tests.
+
+Lightning's names are private (``_TORCH_GREATER_EQUAL_2_4``, ``_IS_WINDOWS``, ...); code that copied them
+from Lightning finds the same values here.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib.util import find_spec
+
+import torch
+
+__all__: list[str] = []
+
+_IS_WINDOWS = platform.system() == "Windows"
+# Interactive: a REPL or `python -i`; fork-based launching is what such sessions need.
+_IS_INTERACTIVE = hasattr(sys, "ps1") or bool(sys.flags.interactive)
+_NUMPY_AVAILABLE = find_spec("numpy") is not None
+_PYTHON_GREATER_EQUAL_3_10_0 = sys.version_info >= (3, 10)
+_TORCH_GREATER_EQUAL_2_2 = torch.__version__ >= "2.2.0"
+_TORCH_GREATER_EQUAL_2_3 = torch.__version__ >= "2.3.0"
+_TORCH_EQUAL_2_4_0 = torch.__version__.split("+")[0] == "2.4.0"
+_TORCH_GREATER_EQUAL_2_4 = torch.__version__ >= "2.4.0"
+_TORCH_GREATER_EQUAL_2_4_1 = torch.__version__ >= "2.4.1"
+_TORCH_GREATER_EQUAL_2_5 = torch.__version__ >= "2.5.0"
+_TORCH_GREATER_EQUAL_2_6 = torch.__version__ >= "2.6.0"
+_TORCH_LESS_EQUAL_2_6 = torch.__version__ <= "2.6.0"
