@@ -247,3 +247,8 @@ def test_recorded_seed() -> None:
     assert recorded_seed() is None
     seed_everything(9)
     assert recorded_seed() == 9
+
+
+def test_seed_everything_without_any_seed_is_quiet_when_not_verbose(recwarn: pytest.WarningsRecorder) -> None:
+    assert seed_everything(verbose=False) == 0
+    assert not [w for w in recwarn if "No seed found" in str(w.message)]
