@@ -22,6 +22,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidPathError",
     "NoLoggerError",
+    "NumberOverflowError",
     "ParentNotADirectoryError",
     "PathIsADirectoryError",
     "PluginImportError",
@@ -249,6 +250,10 @@ class UnknownOptionError(ArgumentTypeError):
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Accepted options: {', '.join(self.accepted) or '(none)'}.")
         super().__init__(" ".join(lines), argument=option, value=value)
+
+
+class NumberOverflowError(InvalidConfigError, RuntimeError):
+    """A number too large for the tensor it is converted to (a ``RuntimeError`` too, as torch raises there)."""
 
 
 class InvalidPathError(InvalidConfigError, OSError):
