@@ -249,8 +249,15 @@ class ParallelStrategy(Strategy):
         return len(self._parallel_devices) if self._parallel_devices is not None else 0
 
     @property
-    def process_group_backend(self) -> str:
-        """The backend :meth:`setup_environment` uses: the one passed, else the accelerator's."""
+    def process_group_backend(self) -> str | None:
+        """The backend of the process group: the one passed, else ``None`` until the group is created.
+
+        As in Lightning, the default (the accelerator's backend) is chosen when the group is created.
+        """
+        return self._process_group_backend
+
+    def _get_process_group_backend(self) -> str:
+        """The backend a process group is created with: the one passed, else the accelerator's."""
         if self._process_group_backend is not None:
             return self._process_group_backend
         if self.accelerator is not None:
@@ -338,6 +345,7 @@ class ParallelStrategy(Strategy):
         """
         if not dist.is_available():
             raise RuntimeError("`torch.distributed` is not available in this build of torch.")
+        self._process_group_backend = backend = self._get_process_group_backend()
         if dist.is_initialized():
             return
         environment = self._cluster_environment
@@ -353,7 +361,7 @@ class ParallelStrategy(Strategy):
         if self.root_device.type != "cpu":
             kwargs["device_id"] = self.root_device
         _rendezvous.init_process_group(
-            self.process_group_backend,
+            backend,
             address=address,
             port=port,
             rank=self.global_rank,

@@ -294,7 +294,10 @@ class DeepSpeedStrategy(ParallelStrategy):
                 value=self.root_device.type,
             )
         deepspeed.init_distributed(
-            dist_backend=self.process_group_backend, auto_mpi_discovery=False, verbose=False, timeout=self._timeout
+            dist_backend=self._get_process_group_backend(),
+            auto_mpi_discovery=False,
+            verbose=False,
+            timeout=self._timeout,
         )
 
     # -- modules and optimizers --------------------------------------------------------------------------
