@@ -133,5 +133,10 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
             FabricCoreWarning,
             stacklevel=2,
         )
-        return "bf16-mixed"
+        requested = "bf16-mixed"
+    if requested in ("16-mixed", "bf16-mixed"):
+        from fabric_core.utilities.rank_zero import rank_zero_info
+
+        kind = "16-bit" if requested == "16-mixed" else "bfloat16"
+        rank_zero_info(f"Using {kind} Automatic Mixed Precision (AMP)")
     return requested

@@ -14,7 +14,13 @@ from typing import Any, Final
 import torch
 
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
-from fabric_core.utilities.rank_zero import rank_prefixed_message, rank_zero_only, rank_zero_warn
+from fabric_core.utilities.rank_zero import (
+    announced_rank,
+    rank_prefixed_message,
+    rank_zero_only,
+    rank_zero_warn,
+    show_info_lines,
+)
 
 __all__ = [
     "MAX_SEED_VALUE",
@@ -66,7 +72,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         seed = _as_int(seed)
     _check_bounds(seed)
     if verbose:
-        _log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))
+        show_info_lines()
+        # Prefixed with the rank only where a launcher announced one (one process: plain "Seed set to 42").
+        _log.info(rank_prefixed_message(f"Seed set to {seed}", announced_rank()))
     for var in (SEED_ENV, _LIGHTNING_SEED_ENV):
         os.environ[var] = str(seed)
     _seed_generators(seed)

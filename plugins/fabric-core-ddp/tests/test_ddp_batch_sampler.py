@@ -26,7 +26,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], str]:
     outdir = tmp_path_factory.mktemp("batch_sampler")
     environ = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "LOCAL_RANK", "WORLD_SIZE")}
     try:
@@ -36,7 +36,21 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     except subprocess.TimeoutExpired as expired:  # pragma: no cover - the failure report
         pytest.fail(f"the job did not finish: {expired.output}")
     assert result.returncode == 0, result.stdout
-    return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)], result.stdout
+
+
+@pytest.fixture
+def drawn(job: tuple[list[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    return job[0]
+
+
+@pytest.mark.timeout(120)
+def test_the_ranks_log_lightnings_lines_when_they_join(job: tuple[list[dict[str, Any]], str]) -> None:
+    output = job[1]
+    assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" in output
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in output
+    banner = "distributed_backend=gloo\nAll distributed processes registered. Starting with 2 processes"
+    assert output.count(banner) == 1  # rank 0 only
 
 
 def _lightning_batches(loader: DataLoader[Any], rank: int) -> list[list[int]]:
