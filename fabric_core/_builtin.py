@@ -71,9 +71,9 @@ def fabric_core_register_environments(registry: Registry) -> None:
         ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
     ):
         module = f"{_E}.{name}"
-        registry.add(
-            name, f"{module}:{cls}", description=description, priority=priority, probe=f"{module}:{cls}.detect"
-        )
+        # Kubeflow's `detect()` raises, as Lightning's does; its probe just says no.
+        probe = f"{module}:never_detected" if name == "kubeflow" else f"{module}:{cls}.detect"
+        registry.add(name, f"{module}:{cls}", description=description, priority=priority, probe=probe)
 
 
 @hookimpl

@@ -16,6 +16,7 @@ __all__ = [
     "ArgumentTypeError",
     "CheckpointError",
     "CheckpointSpaceError",
+    "EnvironmentSetupError",
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
@@ -250,6 +251,10 @@ class UnknownOptionError(ArgumentTypeError):
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Accepted options: {', '.join(self.accepted) or '(none)'}.")
         super().__init__(" ".join(lines), argument=option, value=value)
+
+
+class EnvironmentSetupError(InvalidConfigError, RuntimeError):
+    """A scheduler's job settings this process cannot run under (a ``RuntimeError`` too, as Lightning raises)."""
 
 
 class NumberOverflowError(InvalidConfigError, RuntimeError):
