@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from fabric_core.environments.lsf import LSFEnvironment
 from fabric_core.environments.mpi import MPIEnvironment
 from fabric_core.environments.slurm import SLURMEnvironment, expand_hostlist
 from fabric_core.environments.torchelastic import TorchElasticEnvironment
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError, PossibleUserWarning
 
 REPO = Path(__file__).resolve().parents[1]
 _NAMES = (
@@ -525,3 +526,18 @@ def test_mpi_rank_zero_honours_master_addr_and_port(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_mpi_single_rank_is_not_detected(tmp_path: Path) -> None:
     assert run_under_mpiexec(tmp_path, 1) == [{"detect": False}]
+
+
+def test_slurm_warns_when_srun_exists_but_did_not_start_the_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    with pytest.warns(PossibleUserWarning, match="The `srun` command is available on your system but is not used"):
+        SLURMEnvironment()
+    set_env(monkeypatch, SLURM_NTASKS=1)  # started by srun: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SLURMEnvironment()
