@@ -71,9 +71,9 @@ def fabric_core_register_environments(registry: Registry) -> None:
         ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
     ):
         module = f"{_E}.{name}"
-        registry.add(
-            name, f"{module}:{cls}", description=description, priority=priority, probe=f"{module}:{cls}.detect"
-        )
+        # Kubeflow's `detect()` raises, as Lightning's does; its probe just says no.
+        probe = f"{module}:never_detected" if name == "kubeflow" else f"{module}:{cls}.detect"
+        registry.add(name, f"{module}:{cls}", description=description, priority=priority, probe=probe)
 
 
 @hookimpl
@@ -133,5 +133,10 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
             FabricCoreWarning,
             stacklevel=2,
         )
-        return "bf16-mixed"
+        requested = "bf16-mixed"
+    if requested in ("16-mixed", "bf16-mixed"):
+        from fabric_core.utilities.rank_zero import rank_zero_info
+
+        kind = "16-bit" if requested == "16-mixed" else "bfloat16"
+        rank_zero_info(f"Using {kind} Automatic Mixed Precision (AMP)")
     return requested

@@ -16,12 +16,14 @@ __all__ = [
     "ArgumentTypeError",
     "CheckpointError",
     "CheckpointSpaceError",
+    "EnvironmentSetupError",
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
     "InvalidConfigError",
     "InvalidPathError",
     "NoLoggerError",
+    "NumberOverflowError",
     "ParentNotADirectoryError",
     "PathIsADirectoryError",
     "PluginImportError",
@@ -274,6 +276,14 @@ class UnknownOptionError(ArgumentTypeError):
             lines.append(f"Did you mean {' or '.join(repr(s) for s in self.suggestions)}?")
         lines.append(f"Accepted options: {', '.join(self.accepted) or '(none)'}.")
         super().__init__(" ".join(lines), argument=option, value=value)
+
+
+class EnvironmentSetupError(InvalidConfigError, RuntimeError):
+    """A scheduler's job settings this process cannot run under (a ``RuntimeError`` too, as Lightning raises)."""
+
+
+class NumberOverflowError(InvalidConfigError, RuntimeError):
+    """A number too large for the tensor it is converted to (a ``RuntimeError`` too, as torch raises there)."""
 
 
 class InvalidPathError(InvalidConfigError, OSError):

@@ -560,7 +560,7 @@ class Fabric:
             state: Modules, optimizers and objects with ``state_dict()`` are saved as their state dicts;
                 other values as they are.
             filter: Per key of ``state``, ``fn(name, value) -> bool`` deciding which entries of that state
-                dict are kept.
+                dict are kept (a key whose entries are all dropped is left out).
 
         Raises:
             TypeError: ``state`` is not a dict, or ``filter`` not a dict of callables.

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from fabric_core.environments.lsf import LSFEnvironment
 from fabric_core.environments.mpi import MPIEnvironment
 from fabric_core.environments.slurm import SLURMEnvironment, expand_hostlist
 from fabric_core.environments.torchelastic import TorchElasticEnvironment
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.errors import FabricCoreWarning, InvalidConfigError, PossibleUserWarning
 
 REPO = Path(__file__).resolve().parents[1]
 _NAMES = (
@@ -67,7 +68,7 @@ def set_env(monkeypatch: pytest.MonkeyPatch, **values: object) -> None:
         "fabric_core.environments.slurm:SLURMEnvironment.detect",
         "fabric_core.environments.lsf:LSFEnvironment.detect",
         "fabric_core.environments.mpi:MPIEnvironment.detect",
-        "fabric_core.environments.kubeflow:KubeflowEnvironment.detect",
+        "fabric_core.environments.kubeflow:never_detected",
     ],
 )
 def test_detect_is_usable_as_a_registry_probe(target: str) -> None:
@@ -83,7 +84,6 @@ def test_only_lightning_is_detected_in_a_plain_process() -> None:
             SLURMEnvironment,
             LSFEnvironment,
             MPIEnvironment,
-            KubeflowEnvironment,
         )
         if env.detect()
     ]
@@ -271,6 +271,7 @@ def test_slurm_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(
         monkeypatch,
         SLURM_NTASKS=8,
+        SLURM_NTASKS_PER_NODE=4,
         SLURM_PROCID=6,
         SLURM_LOCALID=2,
         SLURM_NODEID=1,
@@ -327,10 +328,22 @@ def test_slurm_validation_rejects_other_num_nodes(monkeypatch: pytest.MonkeyPatc
         SLURMEnvironment().validate_settings(num_devices=2, num_nodes=1)
 
 
-def test_slurm_validation_rejects_ntasks_without_ntasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_rejects_ntasks_without_ntasks_per_node_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, SLURM_NTASKS=4, SLURM_JOB_NAME="train")
-    with pytest.raises(InvalidConfigError, match=r"--ntasks=4.*--ntasks-per-node=2"):
-        SLURMEnvironment().validate_settings(num_devices=2, num_nodes=2)
+    with pytest.raises(InvalidConfigError, match=r"You set `--ntasks=4`.*not supported.*--ntasks-per-node=4") as error:
+        SLURMEnvironment()
+    assert isinstance(error.value, RuntimeError)  # what Lightning raises there
+    lightning_slurm = pytest.importorskip("lightning_fabric.plugins.environments.slurm")
+    with pytest.raises(RuntimeError, match=r"You set `--ntasks=4`.*not supported"):
+        lightning_slurm.SLURMEnvironment()
+
+
+def test_slurm_names_a_local_id_beyond_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No `--ntasks-per-node` to compare with (one task here), but a local id past the devices.
+    set_env(monkeypatch, SLURM_NTASKS=1, SLURM_LOCALID=3, SLURM_JOB_NAME="train")
+    with pytest.raises(InvalidConfigError, match=r"SLURM_LOCALID=3.*devices=2.*local ranks 0 to 1") as error:
+        SLURMEnvironment().validate_settings(num_devices=2, num_nodes=1)
+    assert not isinstance(error.value, IndexError)
 
 
 def test_slurm_validation_skips_interactive_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -362,6 +375,26 @@ def test_lsf_is_detected_only_with_every_variable(monkeypatch: pytest.MonkeyPatc
     assert not LSFEnvironment.detect()
 
 
+def test_lsf_port_and_address_are_lightnings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lightning_lsf = pytest.importorskip("lightning_fabric.plugins.environments.lsf")
+    me = socket.gethostname()
+    lsf_job(monkeypatch, tmp_path, ["other", me])
+    env = LSFEnvironment()
+    ours = (env.main_address, env.main_port, env.node_rank())  # read before Lightning sets MASTER_* below
+    theirs = lightning_lsf.LSFEnvironment()  # sets MASTER_ADDR and MASTER_PORT, restored by monkeypatch
+    assert ours == (theirs.main_address, theirs.main_port, theirs.node_rank()) == ("other", 10000 + 4242 % 1000, 1)
+
+
+@pytest.mark.parametrize("missing", ["LSB_JOBID", "LSB_DJOB_RANKFILE"])
+def test_lsf_reports_a_missing_variable_at_construction(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, missing: str
+) -> None:
+    lsf_job(monkeypatch, tmp_path, ["a"])
+    monkeypatch.delenv(missing)
+    with pytest.raises(InvalidConfigError, match=missing):
+        LSFEnvironment()
+
+
 def test_lsf_reads_the_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     me = socket.gethostname()
     lsf_job(monkeypatch, tmp_path, ["other", "other", me, me])
@@ -369,7 +402,7 @@ def test_lsf_reads_the_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert env.creates_processes_externally
     assert env.compute_hosts() == ["other", "other", me, me]
     assert env.main_address == "other"
-    assert env.main_port == 15000 + 4242
+    assert env.main_port == 10000 + 4242 % 1000
     assert (env.world_size(), env.global_rank(), env.local_rank(), env.node_rank()) == (4, 2, 0, 1)
     env.validate_settings(num_devices=2, num_nodes=2)
     with pytest.raises(InvalidConfigError, match="jsrun started 4"):
@@ -397,13 +430,13 @@ def test_lsf_names_a_host_missing_from_the_rank_file(monkeypatch: pytest.MonkeyP
 def test_lsf_rejects_a_rank_file_without_compute_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     lsf_job(monkeypatch, tmp_path, [])
     with pytest.raises(InvalidConfigError, match="lists no compute host"):
-        _ = LSFEnvironment().main_address
+        LSFEnvironment()
 
 
 def test_lsf_rejects_a_missing_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     set_env(monkeypatch, LSB_DJOB_RANKFILE=tmp_path / "absent")
     with pytest.raises(InvalidConfigError, match="Cannot read the LSF rank file"):
-        _ = LSFEnvironment().main_address
+        LSFEnvironment()
 
 
 # -- kubeflow ----------------------------------------------------------------------------------------------
@@ -411,7 +444,8 @@ def test_lsf_rejects_a_missing_rank_file(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_kubeflow_is_never_detected_but_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, MASTER_ADDR="master-0", MASTER_PORT=23456, WORLD_SIZE=3, RANK=2)
-    assert not KubeflowEnvironment.detect()
+    with pytest.raises(NotImplementedError, match="can't be detected automatically"):
+        KubeflowEnvironment.detect()  # as in Lightning; the registry probes with `never_detected` instead
     env = KubeflowEnvironment()
     assert env.creates_processes_externally
     assert (env.main_address, env.main_port) == ("master-0", 23456)
@@ -492,3 +526,18 @@ def test_mpi_rank_zero_honours_master_addr_and_port(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_mpi_single_rank_is_not_detected(tmp_path: Path) -> None:
     assert run_under_mpiexec(tmp_path, 1) == [{"detect": False}]
+
+
+def test_slurm_warns_when_srun_exists_but_did_not_start_the_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    with pytest.warns(PossibleUserWarning, match="The `srun` command is available on your system but is not used"):
+        SLURMEnvironment()
+    set_env(monkeypatch, SLURM_NTASKS=1)  # started by srun: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SLURMEnvironment()

@@ -103,6 +103,22 @@ def test_filter_keeps_only_the_selected_entries(tmp_path: Path) -> None:
     assert set(checkpoint["optimizer"]) == {"state", "param_groups"}  # unfiltered
 
 
+def _saved_with_filter(fabric: Any, path: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = nn.Linear(2, 2)
+    state = {"model": model, "meta": {"step": 3, "epoch": 1}, "empty": {}, "keep": {"a": 1}}
+    never: Any = lambda name, value: False  # noqa: E731 - the filter is the subject
+    fabric.save(path, state, filter={"model": never, "meta": lambda name, value: name == "step", "empty": never})
+    return torch.load(path, weights_only=True)  # type: ignore[no-any-return]
+
+
+def test_filter_that_keeps_nothing_drops_the_key_as_lightning_does(tmp_path: Path) -> None:
+    lightning_fabric = pytest.importorskip("lightning_fabric")
+    ours = _saved_with_filter(make_fabric(), tmp_path / "ours.pt")
+    theirs = _saved_with_filter(lightning_fabric.Fabric(accelerator="cpu", devices=1), tmp_path / "theirs.pt")
+    assert ours == theirs == {"meta": {"step": 3}, "keep": {"a": 1}}
+
+
 @pytest.mark.parametrize(
     ("filter", "error", "message"),
     [

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = "from fabric_core import Fabric; Fabric(accelerator='cpu', precision='bf16-mixed')"
 
 
@@ -17,8 +19,42 @@ def run(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_silent_by_default() -> None:
-    assert run().stderr == ""
+def test_no_structured_events_by_default() -> None:
+    # Only the line Lightning Fabric logs too; no kernel event.
+    assert run().stderr == "Using bfloat16 Automatic Mixed Precision (AMP)\n"
+
+
+_INFO_SCRIPT = """
+import logging, sys
+if sys.argv[1] == "lightning":
+    from lightning_fabric import Fabric, seed_everything
+    package = "lightning_fabric"
+else:
+    from fabric_core import Fabric, seed_everything
+    package = "fabric_core"
+if sys.argv[2] == "quiet":
+    logging.getLogger(package).setLevel(logging.WARNING)
+seed_everything(42)
+Fabric(accelerator="cpu", devices=1, precision="bf16-mixed")
+seed_everything(7, verbose=False)
+"""
+
+
+def _info_lines(library: str, mode: str) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "PL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", _INFO_SCRIPT, library, mode], env=base, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
+
+
+def test_info_lines_are_lightnings_and_can_be_silenced() -> None:
+    pytest.importorskip("lightning_fabric")
+    ours = _info_lines("fabric_core", "default")
+    assert ours == ["Seed set to 42", "Using bfloat16 Automatic Mixed Precision (AMP)"]
+    assert ours == _info_lines("lightning", "default")
+    assert _info_lines("fabric_core", "quiet") == []
 
 
 def test_json_lines_record_discovery_and_each_decision() -> None:

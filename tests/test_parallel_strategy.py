@@ -89,7 +89,12 @@ def test_connect_keeps_a_cluster_environment_given_to_the_constructor() -> None:
 
 
 def test_backend_defaults_to_the_accelerators() -> None:
-    assert connected().process_group_backend == "gloo"
+    assert connected()._get_process_group_backend() == "gloo"
+    assert connected(process_group_backend="mpi")._get_process_group_backend() == "mpi"
+
+
+def test_backend_is_unknown_until_the_group_is_created() -> None:
+    assert connected().process_group_backend is None
     assert connected(process_group_backend="mpi").process_group_backend == "mpi"
 
 

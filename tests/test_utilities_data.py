@@ -274,6 +274,21 @@ def test_replace_sampler_recreates_a_custom_batch_sampler() -> None:
     assert list(new) == [[6, 4], [2, 0]]
 
 
+def test_replace_sampler_keeps_the_size_of_a_plain_batch_sampler_the_user_passed() -> None:
+    loader = DataLoader(_ds(10), batch_sampler=BatchSampler(SequentialSampler(range(10)), 3, True))
+    new = replace_sampler(loader, _FixedOrder(_ORDER))
+    assert (new.batch_size, new.drop_last) == (3, True)
+    assert [b.tolist() for b in new] == [[9, 7, 5], [3, 1, 8], [6, 4, 2]]
+
+
+def test_distributed_sampler_for_a_plain_batch_sampler_splits_its_sampler() -> None:
+    inner = RandomSampler(range(10))
+    loader = DataLoader(_ds(10), batch_sampler=BatchSampler(inner, 2, False))
+    sampler = distributed_sampler_for(loader, num_replicas=2, rank=0)
+    assert type(sampler) is DistributedSampler
+    assert sampler.shuffle
+
+
 class _Chunks:
     """A batch sampler that is not a BatchSampler and cannot be re-created around another sampler."""
 

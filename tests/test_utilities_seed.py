@@ -108,12 +108,18 @@ def test_seed_workers_enabled_reads_lightnings_variable(monkeypatch: pytest.Monk
     assert seed_workers_enabled()
 
 
-def test_seed_everything_logs_the_seed_when_verbose(caplog: pytest.LogCaptureFixture) -> None:
+def test_seed_everything_logs_the_seed_when_verbose(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
     with caplog.at_level(logging.INFO, logger="fabric_core.utilities.seed"):
         seed_everything(11)
         seed_everything(12, verbose=False)
+        monkeypatch.setenv("RANK", "1")  # prefixed with the rank where a launcher announced one, as in Lightning
+        seed_everything(13)
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["[rank: 0] Seed set to 11"]
+    assert messages == ["Seed set to 11", "[rank: 1] Seed set to 13"]
 
 
 def test_reset_seed_reapplies_the_recorded_seed() -> None:
@@ -247,3 +253,8 @@ def test_recorded_seed() -> None:
     assert recorded_seed() is None
     seed_everything(9)
     assert recorded_seed() == 9
+
+
+def test_seed_everything_without_any_seed_is_quiet_when_not_verbose(recwarn: pytest.WarningsRecorder) -> None:
+    assert seed_everything(verbose=False) == 0
+    assert not [w for w in recwarn if "No seed found" in str(w.message)]

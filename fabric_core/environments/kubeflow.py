@@ -7,7 +7,12 @@ import os
 from fabric_core.environments._env import read_int, read_str
 from fabric_core.environments.environment import ClusterEnvironment
 
-__all__ = ["KubeflowEnvironment"]
+__all__ = ["KubeflowEnvironment", "never_detected"]
+
+
+def never_detected() -> bool:
+    """The registry's probe for Kubeflow: never chosen by ``"auto"`` (``detect()`` raises, as in Lightning)."""
+    return False
 
 
 class KubeflowEnvironment(ClusterEnvironment):
@@ -35,8 +40,12 @@ class KubeflowEnvironment(ClusterEnvironment):
 
     @staticmethod
     def detect() -> bool:
-        """Always False: Kubeflow's variables do not tell it apart; select it explicitly."""
-        return False
+        """Kubeflow's variables do not tell it apart from torchrun's: select it explicitly.
+
+        Raises:
+            NotImplementedError: Always, as in Lightning.
+        """
+        raise NotImplementedError("The Kubeflow environment can't be detected automatically.")
 
     def world_size(self) -> int:
         """``WORLD_SIZE``."""

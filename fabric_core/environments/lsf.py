@@ -13,7 +13,7 @@ from fabric_core.errors import InvalidConfigError
 __all__ = ["LSFEnvironment"]
 
 _REQUIRED: Final = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
-_PORT_BASE: Final = 15000
+_PORT_BASE: Final = 10000
 
 
 class LSFEnvironment(ClusterEnvironment):
@@ -22,11 +22,19 @@ class LSFEnvironment(ClusterEnvironment):
     The rank file (``LSB_DJOB_RANKFILE``) lists one host per line: first the launch node, which runs no
     task, then the host of every task in rank order. The rendezvous address is the first compute host;
     the node rank is the position of this host among the distinct compute hosts. The port is
-    ``MASTER_PORT``, else 15000 plus the last four digits of ``LSB_JOBID``, the same on every task.
+    ``MASTER_PORT``, else 10000 plus the last three digits of ``LSB_JOBID`` (Lightning's), the same on
+    every task.
+
+    Raises:
+        InvalidConfigError: At construction: the rank file is unset, unreadable or empty, or ``LSB_JOBID``
+            is unset (and ``MASTER_PORT`` too).
     """
 
     def __init__(self) -> None:
         self._hosts: list[str] | None = None
+        # Read now, as Lightning does: a job without them fails at `Fabric(...)`, not at the rendezvous.
+        self.compute_hosts()
+        _ = self.main_port
 
     @property
     def creates_processes_externally(self) -> bool:
@@ -42,10 +50,10 @@ class LSFEnvironment(ClusterEnvironment):
 
     @property
     def main_port(self) -> int:
-        """``MASTER_PORT``, else 15000 + the last four digits of ``LSB_JOBID``."""
+        """``MASTER_PORT``, else 10000 + ``LSB_JOBID % 1000``."""
         if "MASTER_PORT" in os.environ:
             return read_int("MASTER_PORT")
-        return _PORT_BASE + read_int("LSB_JOBID") % 10000
+        return _PORT_BASE + read_int("LSB_JOBID") % 1000
 
     @staticmethod
     def detect() -> bool:

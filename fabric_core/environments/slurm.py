@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import signal
+import sys
 from typing import Final
 
 from fabric_core.environments._env import read_int
 from fabric_core.environments.environment import ClusterEnvironment
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import EnvironmentSetupError, InvalidConfigError, PossibleUserWarning
+from fabric_core.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["SLURMEnvironment", "expand_hostlist"]
 
@@ -39,6 +42,8 @@ class SLURMEnvironment(ClusterEnvironment):
         if requeue_signal is None:
             requeue_signal = getattr(signal, "SIGUSR1", None)  # Windows has no SIGUSR1
         self.requeue_signal = requeue_signal
+        _warn_if_srun_unused()
+        _check_ntasks()
 
     @property
     def creates_processes_externally(self) -> bool:
@@ -113,23 +118,22 @@ class SLURMEnvironment(ClusterEnvironment):
         if self.job_name() in _INTERACTIVE_JOB_NAMES:
             return
         per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
-        if per_node is None:
-            ntasks = read_int("SLURM_NTASKS", 1)
-            if ntasks > 1:
-                raise InvalidConfigError(
-                    f"The SLURM job sets `--ntasks={ntasks}` without `--ntasks-per-node`, so SLURM may "
-                    f"place the tasks unevenly. Use `--ntasks-per-node={num_devices}` and "
-                    f"`--nodes={num_nodes}` instead.",
-                    argument="SLURM_NTASKS",
-                    value=ntasks,
-                )
         # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
-        elif _leading_int(per_node) != num_devices:
+        if per_node is not None and _leading_int(per_node) != num_devices:
             raise InvalidConfigError(
                 f"`Fabric(devices={num_devices})` does not match the SLURM job's "
                 f"`--ntasks-per-node={per_node}`. Set `devices={_leading_int(per_node)}`, or change the job.",
                 argument="devices",
                 value=num_devices,
+            )
+        local_id = read_int("SLURM_LOCALID", 0)
+        if local_id >= num_devices:
+            raise InvalidConfigError(
+                f"SLURM_LOCALID={local_id}, but `Fabric(devices={num_devices})` gives each node local ranks 0 to "
+                f"{num_devices - 1}: SLURM started more tasks on this node than there are devices. Set "
+                f"`--ntasks-per-node={num_devices}`, or `devices={local_id + 1}` or more.",
+                argument="SLURM_LOCALID",
+                value=local_id,
             )
         nnodes = os.environ.get("SLURM_NNODES")
         if nnodes is not None and _leading_int(nnodes) != num_nodes:
@@ -152,6 +156,36 @@ class SLURMEnvironment(ClusterEnvironment):
         # "2(x3)" is one count repeated over nodes; "2(x2),1" differs between nodes.
         match = re.fullmatch(r"\s*(\d+)\s*(\(x\d+\))?\s*", per_node)
         return (int(match.group(1)), nodes) if match and int(match.group(1)) > 0 else None
+
+
+def _check_ntasks() -> None:
+    """Refuse ``--ntasks`` without ``--ntasks-per-node``, at construction as Lightning does.
+
+    SLURM may then place the tasks unevenly over the nodes, which breaks one task per device.
+    """
+    if SLURMEnvironment.job_name() in _INTERACTIVE_JOB_NAMES:
+        return
+    ntasks = read_int("SLURM_NTASKS", 1)
+    if ntasks > 1 and "SLURM_NTASKS_PER_NODE" not in os.environ:
+        raise EnvironmentSetupError(
+            f"You set `--ntasks={ntasks}` in your SLURM bash script, but this variable is not supported: SLURM may "
+            f"place the tasks unevenly over the nodes. HINT: Use `--ntasks-per-node={ntasks}` (on one node), or "
+            "`--nodes=N --ntasks-per-node=DEVICES`, instead.",
+            argument="SLURM_NTASKS",
+            value=ntasks,
+        )
+
+
+def _warn_if_srun_unused() -> None:
+    """Warn, as Lightning does, where ``srun`` exists but did not start this process (the job would hang)."""
+    if sys.platform == "win32" or shutil.which("srun") is None or SLURMEnvironment.detect():
+        return
+    hint = " ".join(["srun", os.path.basename(sys.executable), *sys.argv])[:64]
+    rank_zero_warn(
+        "The `srun` command is available on your system but is not used. HINT: If your intention is to run "
+        f"on SLURM, prepend your python command with `srun` like so: {hint} ...",
+        category=PossibleUserWarning,
+    )
 
 
 def _leading_int(text: str) -> int | None:

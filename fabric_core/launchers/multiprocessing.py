@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -18,7 +19,7 @@ from torch.multiprocessing.spawn import ProcessRaisedException, start_processes
 from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers._threads import set_num_threads_if_needed
 from fabric_core.launchers.launcher import Launcher
-from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.apply_func import apply_to_collection, move_data_to_device
 
 if TYPE_CHECKING:
     from fabric_core.strategies.parallel import ParallelStrategy
@@ -32,10 +33,12 @@ _JOIN_POLL_SECONDS: Final = 0.05
 class MultiProcessingLauncher(Launcher):
     """Run a function in ``num_processes`` new processes and return local rank 0's result.
 
-    With ``"spawn"`` (and ``"forkserver"``) the function, its arguments and the strategy are pickled
-    together, so each process gets its own copy (no shared memory between ranks' parameters), and the
-    random, deterministic and cuDNN settings of this process are restored in each worker. With ``"fork"``
-    the workers inherit this process as it is; it works in notebooks but not once CUDA is initialised.
+    With ``"spawn"`` (and ``"forkserver"``) the function, its arguments and the strategy are pickled by
+    ``torch.multiprocessing``, which moves the tensors among the arguments to shared memory, as in Lightning:
+    a worker's in-place write to such a tensor is seen by this process. The parameters and buffers of
+    modules are copied in each worker, so ranks never share them. The random, deterministic and cuDNN
+    settings of this process are restored in each worker. With ``"fork"`` the workers inherit this process
+    as it is; it works in notebooks but not once CUDA is initialised.
 
     Args:
         strategy: The strategy the workers run; its ranks are set in each worker.
@@ -89,7 +92,9 @@ class MultiProcessingLauncher(Launcher):
         num_processes = self.strategy.num_processes
         set_num_threads_if_needed(num_processes)
         work: tuple[Any, ...] = (function, args, kwargs, self.strategy)
-        payload: Any = work if self.start_method == "fork" else pickle.dumps((*work, GlobalState.capture()))
+        # Not pickled here: torch.multiprocessing pickles each worker's arguments itself, with its reductions
+        # that put tensors in shared memory (one handle per worker).
+        payload = work if self.start_method == "fork" else (*work, GlobalState.capture())
         mp_context = multiprocessing.get_context(self.start_method)
         results, failures = mp_context.SimpleQueue(), mp_context.SimpleQueue()
         context = start_processes(  # type: ignore[no-untyped-call]
@@ -178,12 +183,28 @@ def _root_cause(error: ProcessRaisedException, failures: Any, pids: list[int]) -
     return ProcessRaisedException(message, index, pids[index])
 
 
-def _run_worker(process_index: int, payload: Any, results: Any, failures: Any) -> None:
-    if isinstance(payload, bytes):
-        function, args, kwargs, strategy, state = pickle.loads(payload)
-        state.restore()
-    else:
-        function, args, kwargs, strategy = payload
+def _unshare_module_memory(data: Any) -> Any:
+    """Copy the shared-memory parameters and buffers of the modules in ``data`` into this process's memory.
+
+    Received through ``torch.multiprocessing``, they would be one storage for every rank: each rank's
+    optimizer step would write the others' weights.
+    """
+
+    @torch.no_grad()
+    def unshare(module: torch.nn.Module) -> torch.nn.Module:
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            if tensor.device.type == "cpu" and tensor.is_shared():  # type: ignore[no-untyped-call]
+                tensor.data = tensor.data.clone()
+        return module
+
+    return apply_to_collection(data, torch.nn.Module, unshare)
+
+
+def _run_worker(process_index: int, payload: tuple[Any, ...], results: Any, failures: Any) -> None:
+    function, args, kwargs, strategy, *state = payload
+    if state:  # spawned: restore this process's settings, and take the modules out of shared memory
+        state[0].restore()
+        args, kwargs = _unshare_module_memory((args, kwargs))
     os.environ["LOCAL_RANK"] = str(process_index)
     strategy.set_world_ranks()
     try:

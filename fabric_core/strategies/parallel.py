@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import gc
 import inspect
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -19,6 +20,7 @@ from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOpt
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
+from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
 if TYPE_CHECKING:
     from fabric_core.accelerators.accelerator import Accelerator
@@ -34,6 +36,7 @@ _DIST_AVAILABLE: Final = dist.is_available()
 __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 #: How long a collective waits for the other ranks before failing (torch's own default).
 DEFAULT_PG_TIMEOUT = timedelta(minutes=30)
@@ -249,8 +252,15 @@ class ParallelStrategy(Strategy):
         return len(self._parallel_devices) if self._parallel_devices is not None else 0
 
     @property
-    def process_group_backend(self) -> str:
-        """The backend :meth:`setup_environment` uses: the one passed, else the accelerator's."""
+    def process_group_backend(self) -> str | None:
+        """The backend of the process group: the one passed, else ``None`` until the group is created.
+
+        As in Lightning, the default (the accelerator's backend) is chosen when the group is created.
+        """
+        return self._process_group_backend
+
+    def _get_process_group_backend(self) -> str:
+        """The backend a process group is created with: the one passed, else the accelerator's."""
         if self._process_group_backend is not None:
             return self._process_group_backend
         if self.accelerator is not None:
@@ -338,6 +348,7 @@ class ParallelStrategy(Strategy):
         """
         if not dist.is_available():
             raise RuntimeError("`torch.distributed` is not available in this build of torch.")
+        self._process_group_backend = backend = self._get_process_group_backend()
         if dist.is_initialized():
             return
         environment = self._cluster_environment
@@ -352,15 +363,22 @@ class ParallelStrategy(Strategy):
         kwargs: dict[str, Any] = {}
         if self.root_device.type != "cpu":
             kwargs["device_id"] = self.root_device
+        rank, world_size = self.global_rank, self.world_size
+        show_info_lines()
+        _log.info(f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{world_size}")
         _rendezvous.init_process_group(
-            self.process_group_backend,
+            backend,
             address=address,
             port=port,
-            rank=self.global_rank,
-            world_size=self.world_size,
+            rank=rank,
+            world_size=world_size,
             timeout=self._timeout,
             port_chosen_here=port_chosen_here,
             **kwargs,
+        )
+        rank_zero_info(
+            f"{'-' * 100}\ndistributed_backend={backend}\n"
+            f"All distributed processes registered. Starting with {world_size} processes\n{'-' * 100}\n"
         )
         self._device_for_collectives = self.root_device
         _watchdog.start(self.global_rank)

@@ -23,10 +23,27 @@ if TYPE_CHECKING:
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.launchers.launcher import Launcher
 
-__all__ = ["BackwardSyncControl", "Stateful", "Strategy"]
+__all__ = ["BackwardSyncControl", "Stateful", "Strategy", "put_filtered"]
 
 T = TypeVar("T")
 PathLike = str | os.PathLike[str]
+
+
+def put_filtered(
+    target: dict[str, Any], key: str, value: Any, filter: Mapping[str, Callable[[str, Any], bool]] | None
+) -> None:
+    """Put ``value`` under ``key`` in ``target``, with only the entries that ``filter[key](name, entry)`` keeps.
+
+    A dict whose filter keeps none of its entries leaves ``key`` out of ``target`` altogether, as in
+    Lightning: a checkpoint then has no key that a filter emptied. Values that are no dict, and keys
+    without a filter, are put unchanged.
+    """
+    if filter is None or key not in filter or not isinstance(value, dict):
+        target[key] = value
+        return
+    kept = {name: entry for name, entry in value.items() if filter[key](name, entry)}
+    if kept:
+        target[key] = kept
 
 
 @runtime_checkable
@@ -296,9 +313,7 @@ class Strategy(ABC):
                 value = obj.state_dict()
             else:
                 value = obj
-            if filter is not None and key in filter and isinstance(value, dict):
-                value = {k: v for k, v in value.items() if filter[key](k, v)}
-            converted[key] = value
+            put_filtered(converted, key, value, filter)
         return converted
 
     def save_checkpoint(

@@ -122,8 +122,20 @@ class _TransferableDataType(metaclass=_TransferableDataTypeMeta):
     """Matches any object with a callable ``.to`` (tensors, modules, batch objects)."""
 
 
+_INT32_RANGE = range(-(2**31), 2**31)
+
+
 def convert_to_tensors(data: Any, device: torch.device | str) -> Any:
-    """Turn Python numbers and numpy arrays into tensors on ``device``; move tensors there."""
+    """Turn Python numbers and numpy arrays into tensors on ``device``; move tensors there.
+
+    The dtypes are Lightning Fabric's, so a collective returns what it returns there: ``bool`` becomes
+    ``uint8`` (a bool tensor is not reduced by every backend), ``int`` becomes ``int32``, ``float`` becomes
+    ``float32``, and a numpy array keeps its dtype. Numpy scalars that are no Python number (``np.int64``)
+    become tensors of their own dtype.
+
+    Raises:
+        InvalidConfigError: A Python ``int`` outside ``int32`` (also a ``RuntimeError``, as in Lightning).
+    """
     try:
         import numpy as np
 
@@ -131,8 +143,32 @@ def convert_to_tensors(data: Any, device: torch.device | str) -> Any:
     except ImportError:  # pragma: no cover - numpy is optional
         number_types = (int, float)
 
-    data = apply_to_collection(data, number_types, lambda x: torch.tensor(x, device=device), wrong_dtype=(bool,))
+    data = apply_to_collection(data, number_types, _number_to_tensor, device)
     return apply_to_collection(data, Tensor, lambda t: t.to(device))
+
+
+def _number_to_tensor(value: Any, device: torch.device | str) -> Tensor:
+    if isinstance(value, bool):
+        return torch.tensor(value, dtype=torch.uint8, device=device)
+    if isinstance(value, int):
+        if value not in _INT32_RANGE:
+            from fabric_core.errors import NumberOverflowError
+
+            raise NumberOverflowError(
+                f"The Python int {value} does not fit the int32 tensor that numbers are collected as "
+                f"(from {_INT32_RANGE.start} to {_INT32_RANGE.stop - 1}). Pass a tensor instead, e.g. "
+                f"`torch.tensor({value}, dtype=torch.int64)`.",
+                argument="data",
+                value=value,
+            )
+        return torch.tensor(value, dtype=torch.int32, device=device)
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=torch.float32, device=device)
+    import numpy as np  # only numpy values reach this point
+
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value).to(device)
+    return torch.tensor(value, device=device)
 
 
 def convert_tensors_to_scalars(data: Any) -> Any:

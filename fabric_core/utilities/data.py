@@ -177,14 +177,25 @@ def distributed_sampler_for(dataloader: DataLoader[Any], **kwargs: Any) -> Distr
     return DistributedSamplerWrapper(sampler, **kwargs)
 
 
-def _effective_sampler(dataloader: DataLoader[Any]) -> Any:
-    # With a custom batch sampler, the loader's own ``sampler`` is an unused default: the order comes from
-    # the batch sampler's sampler.
+def _explicit_batch_sampler(dataloader: DataLoader[Any]) -> Any:
+    """The batch sampler the user passed as ``batch_sampler=``, or ``None`` where DataLoader built its own."""
     batch_sampler = getattr(dataloader, "batch_sampler", None)
-    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
-        inner = getattr(batch_sampler, "sampler", None)
-        if inner is not None:
-            return inner
+    if batch_sampler is None:
+        return None
+    # DataLoader sets ``batch_size`` to None exactly when it was given a batch sampler; one of another class
+    # than ``BatchSampler`` can only have come from the user.
+    if type(batch_sampler) is not BatchSampler or getattr(dataloader, "batch_size", None) is None:
+        return batch_sampler
+    return None
+
+
+def _effective_sampler(dataloader: DataLoader[Any]) -> Any:
+    # With a user's batch sampler, the loader's own ``sampler`` is an unused default: the order comes from
+    # the batch sampler's sampler.
+    batch_sampler = _explicit_batch_sampler(dataloader)
+    inner = getattr(batch_sampler, "sampler", None)
+    if inner is not None:
+        return inner
     return getattr(dataloader, "sampler", None)
 
 
@@ -252,11 +263,14 @@ def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
 
 
 def _sampling_arguments(dataloader: DataLoader[Any], sampler: Sampler[Any]) -> dict[str, Any]:
-    batch_sampler = dataloader.batch_sampler
-    if batch_sampler is None or type(batch_sampler) is BatchSampler:
+    batch_sampler = _explicit_batch_sampler(dataloader)
+    if batch_sampler is None:
         # Automatic batching (or none at all): DataLoader builds the batch sampler around our sampler.
         return {"sampler": sampler, "batch_size": dataloader.batch_size, "drop_last": dataloader.drop_last}
     batch_sampler_cls: type[Any] = type(batch_sampler)
+    if batch_sampler_cls is BatchSampler:
+        # A plain ``BatchSampler`` the user passed: DataLoader batches around our sampler with its size.
+        return {"sampler": sampler, "batch_size": batch_sampler.batch_size, "drop_last": batch_sampler.drop_last}
     try:
         new_batch_sampler = batch_sampler_cls(
             sampler,

@@ -24,6 +24,7 @@ __all__ = [
     "rank_zero_info",
     "rank_zero_only",
     "rank_zero_warn",
+    "show_info_lines",
 ]
 
 P = ParamSpec("P")
@@ -38,6 +39,34 @@ RANK_ENV_VARS: Final[tuple[str, ...]] = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "
 _OWN_FRAMES: Final = 2
 
 log = logging.getLogger(__name__)
+_console_checked = False
+
+
+def show_info_lines() -> None:
+    """Let fabric-core's INFO lines ("Seed set to 42", ...) reach stderr, as Lightning Fabric's do.
+
+    Done once, when the first such line is about to be logged (never at import). A program that configured
+    logging itself (the root logger has a handler) or the ``fabric_core`` logger is left alone; either way
+    ``logging.getLogger("fabric_core").setLevel(logging.WARNING)`` silences the lines.
+    """
+    global _console_checked
+    if _console_checked:
+        return
+    _console_checked = True
+    package = logging.getLogger("fabric_core")
+    if package.handlers or logging.getLogger().hasHandlers():
+        return
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+    package.addHandler(logging.StreamHandler())
+    package.propagate = False
+
+
+def announced_rank() -> int | None:
+    """The global rank a launcher announced in the environment, or ``None`` where none did."""
+    if any(os.environ.get(name, "").strip() for name in RANK_ENV_VARS):
+        return _rank_from_env()
+    return None
 
 
 def _rank_from_env() -> int:
@@ -145,6 +174,7 @@ def rank_zero_info(*args: Any, stacklevel: int = 1, **kwargs: Any) -> None:
         stacklevel: 1 attributes the record to the line calling this function, 2 to its caller, and so on.
         kwargs: Passed to :meth:`logging.Logger.info`.
     """
+    show_info_lines()
     log.info(*args, stacklevel=stacklevel + _OWN_FRAMES, **kwargs)
 
 

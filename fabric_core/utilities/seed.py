@@ -6,17 +6,21 @@ The seed is kept in the environment (``FABRIC_CORE_GLOBAL_SEED``, mirrored to Li
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import random
-import struct
 from typing import Any, Final
 
 import torch
 
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
-from fabric_core.utilities.rank_zero import rank_prefixed_message, rank_zero_only, rank_zero_warn
+from fabric_core.utilities.rank_zero import (
+    announced_rank,
+    rank_prefixed_message,
+    rank_zero_only,
+    rank_zero_warn,
+    show_info_lines,
+)
 
 __all__ = [
     "MAX_SEED_VALUE",
@@ -62,12 +66,15 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         seed = recorded_seed()
         if seed is None:
             seed = 0
-            rank_zero_warn(f"No seed found, seed set to {seed}", stacklevel=2)
+            if verbose:
+                rank_zero_warn(f"No seed found, seed set to {seed}", stacklevel=2)
     elif not isinstance(seed, int):
         seed = _as_int(seed)
     _check_bounds(seed)
     if verbose:
-        _log.info(rank_prefixed_message(f"Seed set to {seed}", rank_zero_only.rank))
+        show_info_lines()
+        # Prefixed with the rank only where a launcher announced one (one process: plain "Seed set to 42").
+        _log.info(rank_prefixed_message(f"Seed set to {seed}", announced_rank()))
     for var in (SEED_ENV, _LIGHTNING_SEED_ENV):
         os.environ[var] = str(seed)
     _seed_generators(seed)
@@ -132,9 +139,10 @@ def seed_workers_enabled() -> bool:
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     """Give DataLoader worker ``worker_id`` of global rank ``rank`` its own seeds for torch, random, numpy.
 
-    The seeds are a hash of (the loader's base seed, ``rank``, ``worker_id``), so they are deterministic
+    The seeds are mixed from (the loader's base seed, ``rank``, ``worker_id``), so they are deterministic
     for a seeded run, distinct across ranks and workers, and independent of each other, where torch's
-    default (``base_seed + worker_id``, the same on every rank, and numpy left alone) is not.
+    default (``base_seed + worker_id``, the same on every rank, and numpy left alone) is not. They are
+    Lightning's, bit for bit: a run seeded alike draws the same numbers in its workers under either.
 
     Args:
         worker_id: The worker's index, as DataLoader passes it.
@@ -143,13 +151,13 @@ def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     global_rank = rank_zero_only.rank if rank is None else rank
     # DataLoader seeds worker ``i`` with ``base_seed + i``; recover the base shared by all workers.
     base_seed = torch.initial_seed() - worker_id
-    torch_seed, random_seed, numpy_words = _derive_worker_seeds(base_seed, global_rank, worker_id)
     _log.debug("Seeding worker %d of rank %d from base seed %d", worker_id, global_rank, base_seed)
-    torch.manual_seed(torch_seed)
-    random.seed(random_seed)
+    seeds = _worker_seed_sequence(base_seed, worker_id, global_rank, count=4)
+    torch.manual_seed(seeds[0])
+    random.seed((seeds[1] << 32) | seeds[2])
     np = _numpy()
     if np is not None:
-        np.random.seed(numpy_words)
+        np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -192,12 +200,27 @@ def _seed_generators(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _derive_worker_seeds(base_seed: int, rank: int, worker_id: int) -> tuple[int, int, list[int]]:
-    key = struct.pack("<QQQ", base_seed & 0xFFFF_FFFF_FFFF_FFFF, rank, worker_id)
-    digest = hashlib.blake2b(key, digest_size=32, person=b"fabric-core-wrk").digest()
-    torch_seed, random_seed = struct.unpack_from("<QQ", digest)
-    numpy_words = list(struct.unpack_from("<4I", digest, 16))
-    return torch_seed, random_seed, numpy_words
+_MASK64: Final = (1 << 64) - 1
+
+
+def _worker_seed_sequence(base_seed: int, worker_id: int, rank: int, count: int) -> list[int]:
+    """``count`` 64-bit seeds for one worker, as Lightning derives them (its runs must replay here).
+
+    The three inputs are packed into one number, spread over 64 bits with MurmurHash3's finalizer (so a
+    small base seed still sets the low bits), then stepped with Knuth's 64-bit linear congruential generator.
+    """
+    # Not masked before the first mix, as Lightning does not: the high bits of a 64-bit base seed fold in.
+    mixed = (base_seed << 32) | (worker_id << 16) | rank
+    mixed ^= mixed >> 33
+    mixed = (mixed * 0xFF51AFD7ED558CCD) & _MASK64
+    mixed ^= mixed >> 33
+    mixed = (mixed * 0xC4CEB9FE1A85EC53) & _MASK64
+    mixed ^= mixed >> 33
+    seeds = []
+    for _ in range(count):
+        mixed = (mixed * 6364136223846793005 + 1) & _MASK64
+        seeds.append(mixed)
+    return seeds
 
 
 def _process_index() -> int:

@@ -140,7 +140,9 @@ def test_launch_returns_rank_zeros_result_on_the_cpu(spawn_run: dict[str, Any]) 
 def assert_clean_ddp_run(outdir: Path) -> None:
     result, _ = run_job("ddp_job.py", "ddp", "train", outdir=outdir)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [read(outdir, f"rank{r}") for r in (0, 1)] == [{"rank": r, "world_size": 2, "equal": True} for r in (0, 1)]
+    assert [read(outdir, f"rank{r}") for r in (0, 1)] == [
+        {"rank": r, "world_size": 2, "equal": True, "backend": "gloo"} for r in (0, 1)
+    ]
 
 
 @pytest.mark.timeout(120)

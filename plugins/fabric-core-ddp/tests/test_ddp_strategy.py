@@ -111,3 +111,12 @@ def test_dp_wraps_in_data_parallel_and_saves_clean_keys() -> None:
     assert sorted(state) == ["bias", "weight"]
     strategy.load_module_state_dict(wrapped, {k: torch.zeros_like(v) for k, v in state.items()})
     assert module.weight.abs().sum() == 0
+
+
+def test_process_group_backend_is_none_until_the_group_exists_as_in_lightning() -> None:
+    lightning_ddp = pytest.importorskip("lightning_fabric.strategies.ddp")
+    ours, theirs = DDPStrategy(), lightning_ddp.DDPStrategy()
+    connect(ours)
+    assert ours.process_group_backend is None
+    assert theirs.process_group_backend is None
+    assert DDPStrategy(process_group_backend="mpi").process_group_backend == "mpi"

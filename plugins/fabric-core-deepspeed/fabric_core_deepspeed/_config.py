@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.utilities.rank_zero import rank_zero_info
 
 __all__ = [
     "CONFIG_PATH_VARIABLE",
+    "CONFIG_PATH_VARIABLES",
+    "LIGHTNING_CONFIG_PATH_VARIABLE",
     "OFFLOAD_DEVICES",
     "STAGES",
     "add_batch_size",
@@ -24,6 +27,9 @@ __all__ = [
 
 #: Where a DeepSpeed JSON config is read from when the strategy gets no ``config``.
 CONFIG_PATH_VARIABLE: Final = "FABRIC_CORE_DEEPSPEED_CONFIG_PATH"
+#: Lightning's name for the same variable, honoured after ours so that Lightning job scripts keep working.
+LIGHTNING_CONFIG_PATH_VARIABLE: Final = "PL_DEEPSPEED_CONFIG_PATH"
+CONFIG_PATH_VARIABLES: Final = (CONFIG_PATH_VARIABLE, LIGHTNING_CONFIG_PATH_VARIABLE)
 STAGES: Final = (0, 1, 2, 3)
 OFFLOAD_DEVICES: Final = ("cpu", "nvme")
 #: The config sections each precision adds (when the config lacks them).
@@ -36,15 +42,18 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> di
 
     Args:
         config: A DeepSpeed config dict, a path to a JSON file, or ``None`` to read the file named by
-            ``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` (``None`` when that is unset too).
+            ``FABRIC_CORE_DEEPSPEED_CONFIG_PATH``, else ``PL_DEEPSPEED_CONFIG_PATH`` (``None`` when both are
+            unset).
 
     Raises:
         InvalidConfigError: The file does not exist or is not a JSON object.
     """
     if config is None:
-        config = os.environ.get(CONFIG_PATH_VARIABLE)
-        if config is None:
+        variable = next((name for name in CONFIG_PATH_VARIABLES if name in os.environ), None)
+        if variable is None:
             return None
+        rank_zero_info(f"Loading DeepSpeed config from set {variable} environment variable")
+        config = os.environ[variable]
     if isinstance(config, Mapping):
         return copy.deepcopy(dict(config))
     path = Path(config)
@@ -159,8 +168,10 @@ def add_precision(config: dict[str, Any], precision: str, loss_scaling: Mapping[
                 value=precision,
             )
     if wanted == "fp16" and "fp16" not in config:
+        rank_zero_info("Enabling DeepSpeed FP16. Model parameters and inputs will be cast to `float16`.")
         config["fp16"] = {"enabled": True, **loss_scaling}
     elif wanted == "bf16" and "bf16" not in config:
+        rank_zero_info("Enabling DeepSpeed BF16. Model parameters and inputs will be cast to `bfloat16`.")
         config["bf16"] = {"enabled": True}
 
 

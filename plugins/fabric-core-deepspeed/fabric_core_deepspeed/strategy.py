@@ -83,6 +83,9 @@ class DeepSpeedStrategy(ParallelStrategy):
         partition_activations, cpu_checkpointing, contiguous_memory_optimization,
             synchronize_checkpoint_boundary: The ``activation_checkpointing`` section.
         exclude_frozen_parameters: Leave parameters without ``requires_grad`` out of checkpoints.
+        load_full_weights: ``fabric.load`` reads a single file holding the whole model's state dict (e.g. a
+            consolidated checkpoint), not a DeepSpeed checkpoint folder. A file is recognised as such
+            without it too; with it, a folder is refused.
         precision: A :class:`DeepSpeedPrecision`; usually filled in by selection.
         process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's.
         timeout: How long collectives wait for the other ranks.
@@ -95,6 +98,8 @@ class DeepSpeedStrategy(ParallelStrategy):
     """
 
     requires_joint_setup: ClassVar[bool] = True
+    #: Lightning's variable naming a config file (``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` is read first).
+    DEEPSPEED_ENV_VAR: ClassVar[str] = _config.LIGHTNING_CONFIG_PATH_VARIABLE
 
     def __init__(
         self,
@@ -140,6 +145,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         contiguous_memory_optimization: bool = False,
         synchronize_checkpoint_boundary: bool = False,
         exclude_frozen_parameters: bool = False,
+        load_full_weights: bool = False,
         checkpoint_io: CheckpointIO | None = None,
         precision: Precision | None = None,
         process_group_backend: str | None = None,
@@ -162,6 +168,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         self.remote_device = remote_device
         self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
         self.exclude_frozen_parameters = exclude_frozen_parameters
+        self.load_full_weights = load_full_weights
         self._logging_level = logging_level
         self._loss_scaling = {
             "loss_scale": loss_scale,
@@ -294,7 +301,10 @@ class DeepSpeedStrategy(ParallelStrategy):
                 value=self.root_device.type,
             )
         deepspeed.init_distributed(
-            dist_backend=self.process_group_backend, auto_mpi_discovery=False, verbose=False, timeout=self._timeout
+            dist_backend=self._get_process_group_backend(),
+            auto_mpi_discovery=False,
+            verbose=False,
+            timeout=self._timeout,
         )
 
     # -- modules and optimizers --------------------------------------------------------------------------
@@ -527,6 +537,12 @@ class DeepSpeedStrategy(ParallelStrategy):
         """
         if os.path.isfile(path) or isinstance(state, (Module, Optimizer)):
             return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
+        if self.load_full_weights:
+            raise FileNotFoundError(
+                f"`DeepSpeedStrategy(load_full_weights=True)` loads a single checkpoint file with the full weights, "
+                f"but {os.fspath(path)!r} is not a file. Pass the consolidated file, or `load_full_weights=False` "
+                "to load a DeepSpeed checkpoint folder."
+            )
         if not state:
             raise ValueError(
                 f"Got `DeepSpeedStrategy.load_checkpoint(..., state={state!r})` but a state with at least a model "

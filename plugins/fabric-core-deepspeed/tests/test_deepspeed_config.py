@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,32 @@ def test_the_config_path_can_come_from_the_environment(tmp_path: Path, monkeypat
     path.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
     monkeypatch.setenv("FABRIC_CORE_DEEPSPEED_CONFIG_PATH", str(path))
     assert DeepSpeedStrategy().zero_stage == 3
+
+
+def test_lightnings_config_path_variable_is_honoured_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    monkeypatch.delenv("FABRIC_CORE_DEEPSPEED_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("PL_DEEPSPEED_CONFIG_PATH", str(path))
+    with caplog.at_level(logging.INFO, logger="fabric_core"):
+        strategy = DeepSpeedStrategy()
+    assert strategy.zero_stage == 3
+    assert DeepSpeedStrategy.DEEPSPEED_ENV_VAR == "PL_DEEPSPEED_CONFIG_PATH"
+    assert "Loading DeepSpeed config from set PL_DEEPSPEED_CONFIG_PATH environment variable" in caplog.messages
+    lightning_deepspeed = pytest.importorskip("lightning_fabric.strategies.deepspeed")
+    assert lightning_deepspeed.DeepSpeedStrategy().config["zero_optimization"] == {"stage": 3}
+
+
+def test_the_precision_section_is_announced_as_in_lightning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="fabric_core"):
+        _ = build("deepspeed", "bf16-mixed").config
+        _ = build("deepspeed", "16-mixed").config
+    assert [m for m in caplog.messages if m.startswith("Enabling DeepSpeed")] == [
+        "Enabling DeepSpeed BF16. Model parameters and inputs will be cast to `bfloat16`.",
+        "Enabling DeepSpeed FP16. Model parameters and inputs will be cast to `float16`.",
+    ]
 
 
 def test_config_file_errors(tmp_path: Path) -> None:

@@ -151,3 +151,16 @@ def test_backward_and_step_go_through_an_engine() -> None:
         plugin.backward(torch.ones(1, requires_grad=True).sum(), None)
     with pytest.raises(TypeError, match=r"does not take a closure"):
         plugin.optimizer_step(object(), closure=lambda: 0.0)
+
+
+def test_load_full_weights_is_lightnings_option_and_refuses_a_folder(tmp_path: Path) -> None:
+    import inspect
+
+    lightning_deepspeed = pytest.importorskip("lightning_fabric.strategies.deepspeed")
+    theirs = inspect.signature(lightning_deepspeed.DeepSpeedStrategy).parameters["load_full_weights"]
+    ours = inspect.signature(DeepSpeedStrategy).parameters["load_full_weights"]
+    assert ours.default is theirs.default is False
+    strategy = DeepSpeedStrategy(load_full_weights=True)
+    assert strategy.load_full_weights is True
+    with pytest.raises(FileNotFoundError, match=r"load_full_weights=True.*is not a file"):
+        strategy.load_checkpoint(tmp_path, {"model": nn.Linear(2, 2)})

@@ -39,7 +39,7 @@ from fabric_core.io.distributed import (
     read_meta,
     safe_load_planner,
 )
-from fabric_core.strategies.strategy import Stateful
+from fabric_core.strategies.strategy import Stateful, put_filtered
 
 if TYPE_CHECKING:
     from fabric_core_fsdp._sharded import ShardedStrategy
@@ -85,12 +85,6 @@ def _plain(extras: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in extras.items()}
 
 
-def _apply_filter(key: str, value: Any, filter: Filter | None) -> Any:
-    if filter is not None and key in filter and isinstance(value, dict):
-        return {k: v for k, v in value.items() if filter[key](k, v)}
-    return value
-
-
 def save_sharded(strategy: ShardedStrategy, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """Write ``path`` as a folder: each rank writes its shards, rank 0 the metadata and ``meta.pt``.
 
@@ -130,7 +124,7 @@ def save_full(
             value = optimizer_state_by_position(value) if value else value  # only rank 0 receives it
         else:
             value = _plain({key: value})[key]
-        checkpoint[key] = _apply_filter(key, value, filter)
+        put_filtered(checkpoint, key, value, filter)
     if strategy.is_global_zero:
         # The checkpoint I/O replaces a sharded folder of the same name in one step too (`atomic_write`).
         strategy.checkpoint_io.save_checkpoint(checkpoint, Path(path))

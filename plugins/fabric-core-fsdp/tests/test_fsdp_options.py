@@ -162,3 +162,10 @@ def test_wrap_order_is_children_first_siblings_in_order_each_module_once() -> No
     order = list(_post_order(model))
     assert order == [inner[0], inner[1], inner, shared, model[2], model]
     assert {id(m) for m in order} == {id(m) for m in model.modules()} and len(order) == len(list(model.modules()))
+
+
+def test_process_group_backend_is_none_until_the_group_exists_as_in_lightning() -> None:
+    lightning_fsdp = pytest.importorskip("lightning_fabric.strategies.fsdp")
+    assert FSDPStrategy().process_group_backend is None
+    assert lightning_fsdp.FSDPStrategy().process_group_backend is None
+    assert FSDPStrategy(process_group_backend="gloo").process_group_backend == "gloo"

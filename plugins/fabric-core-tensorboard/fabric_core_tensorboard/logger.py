@@ -69,7 +69,8 @@ class TensorBoardLogger(Logger):
     method returns without doing anything and :attr:`experiment` is a do-nothing object.
 
     Args:
-        root_dir: Folder holding every experiment; ``~`` and environment variables are expanded.
+        root_dir: Folder holding every experiment; kept as given in :attr:`root_dir`, with ``~`` and environment
+            variables expanded where files are written.
         name: Experiment name, a subfolder of ``root_dir``; ``""`` or ``None`` writes versions directly
             into ``root_dir``.
         version: An int gives ``version_<int>``, a string is the folder name itself, ``None`` takes the
@@ -77,7 +78,7 @@ class TensorBoardLogger(Logger):
         default_hp_metric: Log ``hp_metric=-1`` with the hyperparameters when no metrics are given, so
             that TensorBoard's HParams tab has a column to fill in later.
         prefix: Prepended to every metric name, joined with ``-``.
-        sub_dir: A folder inside the version folder (``~`` and environment variables expanded).
+        sub_dir: A folder inside the version folder (``~`` and environment variables expanded in :attr:`log_dir`).
         **writer_kwargs: Passed to ``SummaryWriter`` (``flush_secs``, ``max_queue``, ``filename_suffix``...).
 
     Raises:
@@ -97,12 +98,12 @@ class TensorBoardLogger(Logger):
         **writer_kwargs: Any,
     ) -> None:
         self._writer_class, self._hparams_summary = _writer_backend()
-        self._root_dir = _expand(root_dir)
+        self._root_dir = os.fspath(root_dir)
         self._name = name or ""
         self._version = version
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
-        self._sub_dir = None if sub_dir is None else _expand(sub_dir)
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._writer_kwargs = writer_kwargs
         self._experiment: Any = None
 
@@ -120,19 +121,24 @@ class TensorBoardLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        """``root_dir/name``: the folder that holds every version of this experiment."""
-        return os.path.join(self._root_dir, self._name) if self._name else self._root_dir
+        """The folder given as ``root_dir``, unexpanded: every experiment is a subfolder of it."""
+        return self._root_dir
+
+    @property
+    def _experiment_dir(self) -> str:
+        """``root_dir/name``, expanded: the folder that holds every version of this experiment."""
+        return _expand(os.path.join(self._root_dir, self._name) if self._name else self._root_dir)
 
     @property
     def log_dir(self) -> str:
         """The folder this logger writes its event files to."""
         version = self.version
-        path = os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
-        return os.path.join(path, self._sub_dir) if self._sub_dir else path
+        path = os.path.join(self._experiment_dir, version if isinstance(version, str) else f"version_{version}")
+        return os.path.join(path, _expand(self._sub_dir)) if self._sub_dir else path
 
     @property
     def sub_dir(self) -> str | None:
-        """The folder inside the version folder, if any."""
+        """The folder inside the version folder, if any (as given, unexpanded)."""
         return self._sub_dir
 
     @property
@@ -198,9 +204,7 @@ class TensorBoardLogger(Logger):
             metrics = {"hp_metric": metrics}
         if metrics:
             self.log_metrics(metrics, step)
-        metric_names = {
-            f"{self._prefix}{self.PREFIX_SEPARATOR}{k}" if self._prefix else k: 0.0 for k in metrics
-        }
+        metric_names = {f"{self._prefix}{self.PREFIX_SEPARATOR}{k}" if self._prefix else k: 0.0 for k in metrics}
         writer = self.experiment._get_file_writer()
         for summary in self._hparams_summary(hparams, metric_names):
             writer.add_summary(summary, step)
@@ -246,13 +250,13 @@ class TensorBoardLogger(Logger):
 
     def _next_version(self) -> int:
         try:
-            names = os.listdir(self.root_dir)
+            names = os.listdir(self._experiment_dir)
         except (FileNotFoundError, NotADirectoryError):
             return 0
         versions = [
             int(m.group(1))
             for n in names
-            if (m := _VERSION_DIR.match(n)) and os.path.isdir(os.path.join(self.root_dir, n))
+            if (m := _VERSION_DIR.match(n)) and os.path.isdir(os.path.join(self._experiment_dir, n))
         ]
         return max(versions) + 1 if versions else 0
 

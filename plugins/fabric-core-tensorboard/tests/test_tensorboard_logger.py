@@ -56,7 +56,7 @@ def test_log_dir_is_root_name_version(tmp_path: Path) -> None:
     logger = TensorBoardLogger(tmp_path)
     assert logger.name == "lightning_logs"
     assert logger.version == 0
-    assert logger.root_dir == str(tmp_path / "lightning_logs")
+    assert logger.root_dir == str(tmp_path)  # the root, as in Lightning; the experiment is a subfolder
     assert logger.log_dir == str(tmp_path / "lightning_logs" / "version_0")
 
 
@@ -104,13 +104,23 @@ def test_sub_dir_is_inside_the_version_folder(tmp_path: Path) -> None:
     assert _scalars(expected, "acc") == [(2, 0.5)]
 
 
-def test_root_dir_and_sub_dir_expand_env_vars_and_home(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_root_dir_and_sub_dir_expand_env_vars_and_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FC_TB_SUB", "evaluation")
     logger = TensorBoardLogger("~/runs", name="exp", sub_dir="$FC_TB_SUB")
     assert logger.log_dir == str(tmp_path / "home" / "runs" / "exp" / "version_0" / "evaluation")
+    assert logger.root_dir == "~/runs"  # kept as given, as in Lightning
+
+
+def test_root_dir_and_log_dir_are_lightnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lightning_tensorboard = pytest.importorskip("lightning_fabric.loggers.tensorboard")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "runs" / "exp" / "version_2").mkdir(parents=True)
+    for kwargs in ({"name": "exp"}, {"name": "exp", "version": "best", "sub_dir": "val"}, {"name": ""}):
+        ours = TensorBoardLogger("~/runs", **kwargs)
+        theirs = lightning_tensorboard.TensorBoardLogger("~/runs", **kwargs)
+        assert (ours.root_dir, ours.log_dir, ours.version) == (theirs.root_dir, theirs.log_dir, theirs.version)
+    assert TensorBoardLogger("~/runs", name="exp").version == 3
 
 
 # --- metrics ---------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import restore_state
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core_xla.strategy import XLAStrategy
 
@@ -269,13 +270,11 @@ class XLAFSDPStrategy(XLAStrategy):
             if key == _METADATA_KEY:
                 continue
             if key == module_key:
-                checkpoint[key] = full
+                put_filtered(checkpoint, key, full, filter)
             elif _looks_like_optimizer_state(value):
                 dropped.append(key)
             else:
-                checkpoint[key] = move_data_to_device(value, "cpu")
-            if filter is not None and key in filter and isinstance(checkpoint.get(key), dict):
-                checkpoint[key] = {k: v for k, v in checkpoint[key].items() if filter[key](k, v)}
+                put_filtered(checkpoint, key, move_data_to_device(value, "cpu"), filter)
         if dropped:
             warnings.warn(
                 f"`XLAFSDPStrategy(state_dict_type='full')` leaves the sharded optimizer states {dropped} out of "

@@ -33,7 +33,12 @@ def train(fabric: Fabric, mode: str, outdir: str) -> None:
         optimizer.step()
         optimizer.zero_grad()
     weights = fabric.all_gather(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    report = {"rank": rank, "world_size": fabric.world_size, "equal": bool(torch.equal(weights[0], weights[1]))}
+    report = {
+        "rank": rank,
+        "world_size": fabric.world_size,
+        "equal": bool(torch.equal(weights[0], weights[1])),
+        "backend": fabric.strategy.process_group_backend,
+    }
     Path(outdir, f"rank{rank}.json").write_text(json.dumps(report))
 
 

@@ -1,0 +1,63 @@
+"""Small behaviours compared with Lightning Fabric in one process: the same call on both, the same result.
+
+Skipped where ``lightning_fabric`` is not installed (the ``compat`` test extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+lightning_fabric = pytest.importorskip("lightning_fabric")
+
+import fabric_core  # noqa: E402
+from fabric_core.utilities.apply_func import convert_to_tensors  # noqa: E402
+
+
+def _described(data: Any) -> Any:
+    """Types, dtypes and values of a converted collection, comparable with ``==``."""
+    if isinstance(data, torch.Tensor):
+        return ("tensor", data.dtype, data.tolist())
+    if isinstance(data, dict):
+        return {k: _described(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)([_described(v) for v in data])
+    return (type(data).__name__, data)
+
+
+_NUMBERS: list[Any] = [
+    3,
+    -7,
+    2.5,
+    True,
+    np.array([1.0, 2.0]),
+    np.float64(0.25),
+    {"a": 3, "b": [1.5, False, "text"], "c": (4, np.array([3], dtype=np.int16))},
+]
+
+
+@pytest.mark.parametrize("data", _NUMBERS, ids=repr)
+def test_numbers_become_the_tensors_lightning_makes(data: Any) -> None:
+    from lightning_fabric.utilities.apply_func import convert_to_tensors as lightning_convert
+
+    assert _described(convert_to_tensors(data, "cpu")) == _described(lightning_convert(data, "cpu"))
+
+
+@pytest.mark.parametrize("method", ["all_gather", "all_reduce"])
+def test_a_python_int_is_collected_as_int32(method: str) -> None:
+    ours = getattr(fabric_core.Fabric(accelerator="cpu", devices=1), method)(3)
+    theirs = getattr(lightning_fabric.Fabric(accelerator="cpu", devices=1), method)(3)
+    assert (ours.dtype, ours.item()) == (theirs.dtype, theirs.item()) == (torch.int32, 3)
+
+
+def test_a_python_int_beyond_int32_is_a_clear_error_and_a_runtime_error() -> None:
+    from fabric_core.errors import NumberOverflowError
+
+    with pytest.raises(RuntimeError):
+        lightning_fabric.Fabric(accelerator="cpu", devices=1).all_gather(2**40)
+    with pytest.raises(NumberOverflowError, match=r"The Python int 1099511627776 does not fit .* int32") as error:
+        fabric_core.Fabric(accelerator="cpu", devices=1).all_gather({"step": 2**40})
+    assert isinstance(error.value, RuntimeError)
