@@ -18,6 +18,7 @@ _MODULES: Final = {
         "recorded_seed",
     ),
     "fabric_core.utilities.attribute_dict": ("AttributeDict",),
+    "fabric_core.utilities.throughput": ("Throughput", "ThroughputMonitor", "measure_flops", "get_available_flops"),
     "fabric_core.utilities.data": (
         "DistributedSamplerWrapper",
         "suggested_max_num_workers",
