@@ -14,6 +14,7 @@ _MODULES: Final = {
         "reset_seed",
         "set_seed",
         "worker_init_function",
+        "pl_worker_init_function",
         "seed_workers_enabled",
         "recorded_seed",
     ),

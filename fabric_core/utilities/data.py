@@ -25,9 +25,11 @@ from torch.utils.data import (
 )
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.utilities.attribute_dict import AttributeDict
 from fabric_core.utilities.seed import recorded_seed
 
 __all__ = [
+    "AttributeDict",
     "DistributedSamplerWrapper",
     "distributed_sampler_for",
     "has_iterable_dataset",

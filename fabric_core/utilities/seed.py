@@ -21,6 +21,7 @@ from fabric_core.utilities.rank_zero import rank_prefixed_message, rank_zero_onl
 __all__ = [
     "MAX_SEED_VALUE",
     "MIN_SEED_VALUE",
+    "pl_worker_init_function",
     "recorded_seed",
     "reset_seed",
     "seed_everything",
@@ -212,3 +213,41 @@ def _numpy() -> Any:
     except ImportError:  # pragma: no cover - numpy is optional for the core
         return None
     return numpy
+
+
+_MASK64: Final = (1 << 64) - 1
+
+
+def pl_worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Seed DataLoader worker ``worker_id`` of global rank ``rank`` exactly as Lightning's function does.
+
+    Use it as ``DataLoader(worker_init_fn=pl_worker_init_function)`` to draw, in each worker, the very
+    random streams (torch, ``random``, numpy) a Lightning run seeded alike draws.
+
+    Args:
+        worker_id: The worker's index, as DataLoader passes it.
+        rank: The process's global rank; defaults to the rank known to ``rank_zero_only``.
+    """
+    global_rank = rank_zero_only.rank if rank is None else rank
+    base_seed = torch.initial_seed() - worker_id  # DataLoader seeds worker i with base + i
+    _log.debug("Seeding worker %d of rank %d from base seed %d", worker_id, global_rank, base_seed)
+    first, second, third, _ = _lightning_worker_seeds(base_seed, worker_id, global_rank)
+    torch.manual_seed(first)
+    random.seed((second << 32) | third)
+    np = _numpy()
+    if np is not None:
+        np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
+
+
+def _lightning_worker_seeds(base_seed: int, worker_id: int, rank: int) -> list[int]:
+    """Four 64-bit seeds: Lightning's MurmurHash3-finalised key stepped through Knuth's 64-bit LCG."""
+    state = (base_seed << 32) | (worker_id << 16) | rank
+    for multiplier in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        state ^= state >> 33
+        state = (state * multiplier) & _MASK64
+    state ^= state >> 33
+    seeds = []
+    for _ in range(4):
+        state = (state * 6364136223846793005 + 1) & _MASK64
+        seeds.append(state)
+    return seeds
