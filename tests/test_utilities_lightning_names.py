@@ -222,3 +222,15 @@ def test_attribute_dict_at_lightnings_path() -> None:
     hparams = at_data_path(lr=0.1)
     hparams.batch_size = 32
     assert hparams == {"lr": 0.1, "batch_size": 32}
+
+
+def test_lightning_utilities_package_names_are_importable_from_ours() -> None:
+    import lightning_fabric.utilities as theirs
+
+    import fabric_core.utilities as ours
+
+    # `is_shared_filesystem` lives in utilities.distributed, which another change adds.
+    missing = {name for name in theirs.__all__ if not hasattr(ours, name)} - {"is_shared_filesystem"}
+    assert missing == set()
+    assert ours.disable_possible_user_warnings is disable_possible_user_warnings
+    assert ours.LightningEnum is LightningEnum

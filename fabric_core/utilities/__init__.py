@@ -19,6 +19,8 @@ _MODULES: Final = {
         "recorded_seed",
     ),
     "fabric_core.utilities.attribute_dict": ("AttributeDict",),
+    "fabric_core.utilities.enums": ("LightningEnum",),
+    "fabric_core.utilities.warnings": ("disable_possible_user_warnings", "PossibleUserWarning"),
     "fabric_core.utilities.throughput": ("Throughput", "ThroughputMonitor", "measure_flops", "get_available_flops"),
     "fabric_core.utilities.data": (
         "DistributedSamplerWrapper",
