@@ -146,3 +146,62 @@ def test_failed_upload_keeps_the_previous_checkpoint_and_leaves_no_temp_file() -
         assert pickle.loads(fs.cat_file(f"{folder}/c.ckpt")) == "previous"
     finally:
         MemoryFileSystem().rm(folder, recursive=True)
+
+
+_SLOW_WRITER = r"""
+import sys, time
+import fsspec, torch
+from fsspec.implementations.local import LocalFileSystem
+from fabric_core.io.torch_io import TorchCheckpointIO
+
+class SlowLocal(LocalFileSystem):
+    # A non-"file" protocol over the local disk whose uploads take a while, like a slow network store.
+    protocol = "slowlocal"
+
+    def pipe_file(self, path, value, **kwargs):
+        with open(self._strip_protocol(path), "wb") as file:
+            for start in range(0, len(value), 4096):
+                file.write(value[start:start + 4096])
+                file.flush()
+                if start == 0:
+                    print("writing", flush=True)
+                time.sleep(0.01)
+
+fsspec.register_implementation("slowlocal", SlowLocal, clobber=True)
+TorchCheckpointIO().save_checkpoint({"w": torch.full((100_000,), float(sys.argv[2]))}, "slowlocal://" + sys.argv[1])
+print("done", flush=True)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_killed_upload_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    target = tmp_path / "c.ckpt"
+
+    def writer(value: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", _SLOW_WRITER, str(target), str(value)],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    first = writer(1)
+    assert first.communicate(timeout=50)[0].split() == ["writing", "done"]
+    assert TorchCheckpointIO().load_checkpoint(target)["w"][0] == 1.0
+
+    second = writer(2)
+    try:
+        assert second.stdout is not None and second.stdout.readline().strip() == "writing"
+        second.send_signal(signal.SIGKILL)  # mid-upload: about 400 KB of 4 KB chunks at 10 ms each
+    finally:
+        second.wait(timeout=30)
+    assert second.returncode == -signal.SIGKILL
+    loaded = TorchCheckpointIO().load_checkpoint(target)
+    assert torch.equal(loaded["w"], torch.full((100_000,), 1.0))  # the previous checkpoint, whole
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "c.ckpt"]
+    assert len(leftovers) == 1 and ".tmp-" in leftovers[0]  # the killed writer's partial temp file, never the target
