@@ -13,7 +13,6 @@ from typing import Any, Protocol, TypeAlias, TypeVar, overload, runtime_checkabl
 
 import torch
 from torch import Tensor
-from torch.distributed import ProcessGroup, ReduceOp
 
 __all__ = [
     "_DEVICE",
@@ -39,7 +38,13 @@ _MAP_LOCATION_TYPE: TypeAlias = (
     _DEVICE | Callable[[UntypedStorage, str], UntypedStorage | None] | dict[_DEVICE, _DEVICE] | None
 )
 _PARAMETERS: TypeAlias = Iterator[torch.nn.Parameter]
-RedOpType: TypeAlias = ReduceOp.RedOpType
+if torch.distributed.is_available():
+    from torch.distributed import ProcessGroup, ReduceOp
+
+    RedOpType: TypeAlias = ReduceOp.RedOpType
+else:  # pragma: no cover - builds of torch without distributed support (some mobile/macOS builds)
+    ProcessGroup = Any  # type: ignore[assignment,misc]
+    ReduceOp = RedOpType = object  # type: ignore[assignment,misc]
 
 _Key = TypeVar("_Key")
 
