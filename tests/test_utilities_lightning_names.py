@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,21 @@ def test_lightning_utilities_package_names_are_importable_from_ours() -> None:
     assert missing == set()
     assert ours.disable_possible_user_warnings is disable_possible_user_warnings
     assert ours.LightningEnum is LightningEnum
+
+
+def test_sized_len_matches_lightning() -> None:
+    from lightning_fabric.utilities.data import sized_len as theirs
+
+    from fabric_core.utilities.data import sized_len
+
+    class NoLen(torch.utils.data.IterableDataset[int]):
+        def __iter__(self) -> Iterator[int]:
+            return iter(range(3))
+
+    class Broken:
+        def __len__(self) -> int:
+            raise NotImplementedError
+
+    for thing in ([1, 2, 3], DataLoader(list(range(10)), batch_size=4), NoLen(), DataLoader(NoLen()), Broken(), 5):
+        assert sized_len(thing) == theirs(thing)
+    assert sized_len(DataLoader(list(range(10)), batch_size=4)) == 3
