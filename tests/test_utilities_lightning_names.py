@@ -253,3 +253,25 @@ def test_sized_len_matches_lightning() -> None:
     for thing in ([1, 2, 3], DataLoader(list(range(10)), batch_size=4), NoLen(), DataLoader(NoLen()), Broken(), 5):
         assert sized_len(thing) == theirs(thing)
     assert sized_len(DataLoader(list(range(10)), batch_size=4)) == 3
+
+
+@pytest.mark.timeout(60)
+def test_seeded_workers_of_setup_dataloaders_draw_what_lightnings_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_fabric import Fabric as LightningFabric
+
+    from fabric_core.utilities.seed import seed_everything, worker_init_function
+
+    for name in ("FABRIC_CORE_GLOBAL_SEED", "PL_GLOBAL_SEED", "FABRIC_CORE_SEED_WORKERS", "PL_SEED_WORKERS"):
+        monkeypatch.setenv(name, "0")  # so that monkeypatch restores what seed_everything writes
+        monkeypatch.delenv(name)
+
+    def draws(fabric: Any, seed_fn: Any) -> list[list[float]]:
+        seed_fn(42, workers=True)
+        loader = fabric.setup_dataloaders(DataLoader(_Draws(), batch_size=None, num_workers=2))
+        return [row for row in loader]
+
+    assert pl_worker_init_function is worker_init_function
+    ours = draws(Fabric(accelerator="cpu", devices=1), seed_everything)
+    theirs = draws(LightningFabric(accelerator="cpu", devices=1), lightning_seed.seed_everything)
+    assert ours == theirs
+    assert ours[0] != ours[1]

@@ -6,11 +6,9 @@ The seed is kept in the environment (``FABRIC_CORE_GLOBAL_SEED``, mirrored to Li
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import random
-import struct
 from typing import Any, Final
 
 import torch
@@ -133,24 +131,29 @@ def seed_workers_enabled() -> bool:
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     """Give DataLoader worker ``worker_id`` of global rank ``rank`` its own seeds for torch, random, numpy.
 
-    The seeds are a hash of (the loader's base seed, ``rank``, ``worker_id``), so they are deterministic
-    for a seeded run, distinct across ranks and workers, and independent of each other, where torch's
-    default (``base_seed + worker_id``, the same on every rank, and numpy left alone) is not.
+    The seeds are derived from (the loader's base seed, ``worker_id``, ``rank``) exactly as Lightning's
+    ``pl_worker_init_function`` derives them, so a run draws bitwise the same streams under fabric-core and
+    under Lightning; they are deterministic for a seeded run and distinct across ranks and workers, where
+    torch's default (``base_seed + worker_id``, the same on every rank, and numpy left alone) is not.
+    ``seed_everything(workers=True)`` makes ``setup_dataloaders`` install it.
 
     Args:
         worker_id: The worker's index, as DataLoader passes it.
         rank: The process's global rank; defaults to the rank known to ``rank_zero_only``.
     """
     global_rank = rank_zero_only.rank if rank is None else rank
-    # DataLoader seeds worker ``i`` with ``base_seed + i``; recover the base shared by all workers.
-    base_seed = torch.initial_seed() - worker_id
-    torch_seed, random_seed, numpy_words = _derive_worker_seeds(base_seed, global_rank, worker_id)
+    base_seed = torch.initial_seed() - worker_id  # DataLoader seeds worker i with base + i
     _log.debug("Seeding worker %d of rank %d from base seed %d", worker_id, global_rank, base_seed)
-    torch.manual_seed(torch_seed)
-    random.seed(random_seed)
+    first, second, third, _ = _lightning_worker_seeds(base_seed, worker_id, global_rank)
+    torch.manual_seed(first)
+    random.seed((second << 32) | third)
     np = _numpy()
     if np is not None:
-        np.random.seed(numpy_words)
+        np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
+
+
+#: Lightning's name for :func:`worker_init_function`.
+pl_worker_init_function: Final = worker_init_function
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -193,14 +196,6 @@ def _seed_generators(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _derive_worker_seeds(base_seed: int, rank: int, worker_id: int) -> tuple[int, int, list[int]]:
-    key = struct.pack("<QQQ", base_seed & 0xFFFF_FFFF_FFFF_FFFF, rank, worker_id)
-    digest = hashlib.blake2b(key, digest_size=32, person=b"fabric-core-wrk").digest()
-    torch_seed, random_seed = struct.unpack_from("<QQ", digest)
-    numpy_words = list(struct.unpack_from("<4I", digest, 16))
-    return torch_seed, random_seed, numpy_words
-
-
 def _process_index() -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank()
@@ -216,27 +211,6 @@ def _numpy() -> Any:
 
 
 _MASK64: Final = (1 << 64) - 1
-
-
-def pl_worker_init_function(worker_id: int, rank: int | None = None) -> None:
-    """Seed DataLoader worker ``worker_id`` of global rank ``rank`` exactly as Lightning's function does.
-
-    Use it as ``DataLoader(worker_init_fn=pl_worker_init_function)`` to draw, in each worker, the very
-    random streams (torch, ``random``, numpy) a Lightning run seeded alike draws.
-
-    Args:
-        worker_id: The worker's index, as DataLoader passes it.
-        rank: The process's global rank; defaults to the rank known to ``rank_zero_only``.
-    """
-    global_rank = rank_zero_only.rank if rank is None else rank
-    base_seed = torch.initial_seed() - worker_id  # DataLoader seeds worker i with base + i
-    _log.debug("Seeding worker %d of rank %d from base seed %d", worker_id, global_rank, base_seed)
-    first, second, third, _ = _lightning_worker_seeds(base_seed, worker_id, global_rank)
-    torch.manual_seed(first)
-    random.seed((second << 32) | third)
-    np = _numpy()
-    if np is not None:
-        np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
 
 
 def _lightning_worker_seeds(base_seed: int, worker_id: int, rank: int) -> list[int]:
