@@ -28,6 +28,9 @@ TIMEOUT = datetime.timedelta(seconds=30)  # a rank left alone gives up instead o
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
 
+if __name__ != "__main__":  # the spawned job imports Lightning itself
+    pytest.importorskip("lightning_fabric")
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -97,7 +100,6 @@ def _worker(rank: int, ports: list[int], out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    pytest.importorskip("lightning_fabric")
     out_dir = tmp_path_factory.mktemp("collectives")
     try:
         job = run_in_own_session([sys.executable, __file__, str(out_dir)], timeout=80)
