@@ -205,3 +205,40 @@ def test_killed_upload_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     assert torch.equal(loaded["w"], torch.full((100_000,), 1.0))  # the previous checkpoint, whole
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "c.ckpt"]
     assert len(leftovers) == 1 and ".tmp-" in leftovers[0]  # the killed writer's partial temp file, never the target
+
+
+@pytest.fixture
+def http_folder(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A folder served over HTTP on 127.0.0.1 for the test's duration."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_http_load_is_safe_by_default_where_lightnings_is_not(http_folder: tuple[Path, str], tmp_path: Path) -> None:
+    folder, base = http_folder
+    torch.save({"w": torch.ones(3)}, folder / "good.ckpt")
+    assert torch.equal(_load(f"{base}/good.ckpt")["w"], torch.ones(3))
+
+    marker = tmp_path / "executed"
+    torch.save({"model": _Payload(str(marker))}, folder / "evil.ckpt")
+    with pytest.raises(CheckpointError, match="refused") as err:
+        _load(f"{base}/evil.ckpt")
+    assert err.value.reason == "unsafe" and "http://127.0.0.1" in str(err.value)
+    assert not marker.exists()
+    _load(f"{base}/evil.ckpt", weights_only=False)  # the payload is live: trusted loading runs it
+    assert marker.exists()
+    with pytest.raises(FileNotFoundError, match="not found"):
+        _load(f"{base}/missing.ckpt")

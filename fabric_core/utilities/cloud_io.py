@@ -152,8 +152,9 @@ def _load(
 ) -> Any:
     """Load a checkpoint from an open file, a local path or a URL (``http(s)://``, ``s3://``, ...).
 
-    Unlike Lightning's, a URL is loaded safely (``weights_only=True``) unless ``weights_only=False`` is
-    passed: a file fetched from elsewhere is the least trusted kind.
+    Unlike Lightning's, an ``http(s)://`` URL is loaded safely (``weights_only=True``) unless
+    ``weights_only=False`` is passed: a file fetched from elsewhere is the least trusted kind. It is read
+    into memory, not cached on disk as ``torch.hub`` would.
 
     Args:
         path_or_url: The checkpoint.
@@ -166,14 +167,22 @@ def _load(
     safe = True if weights_only is None else weights_only
     if not isinstance(path_or_url, str | Path):
         return torch.load(path_or_url, map_location=map_location, weights_only=safe)  # type: ignore[arg-type]
-    if _protocol(path_or_url) in ("http", "https"):
-        return torch.hub.load_state_dict_from_url(
-            str(path_or_url),
-            map_location=map_location,  # type: ignore[arg-type]
-            weights_only=safe,
-        )
     from fabric_core.io.torch_io import TorchCheckpointIO
 
+    if _protocol(path_or_url) in ("http", "https"):
+        # Read into memory and load like any file: the same safety default and the same errors.
+        import urllib.error
+        import urllib.request
+
+        url = str(path_or_url)
+        try:
+            with urllib.request.urlopen(url) as response:
+                buffer = io.BytesIO(response.read())
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                raise FileNotFoundError(f"Checkpoint file not found: {url} (HTTP 404)") from err
+            raise
+        return TorchCheckpointIO()._load_open(url, buffer, map_location, weights_only, mmap=False)
     return TorchCheckpointIO().load_checkpoint(path_or_url, map_location=map_location, weights_only=weights_only)
 
 
