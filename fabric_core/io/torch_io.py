@@ -302,13 +302,13 @@ class TorchCheckpointIO(CheckpointIO):
             CheckpointError: The file is truncated or not a checkpoint (``reason="corrupt"``), or it holds
                 objects ``weights_only`` refused (``reason="unsafe"``).
         """
-        # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
-        # an `.old` name (see `replace_path`).
         url = _remote(path)
         if url is not None:
             from fabric_core.utilities.cloud_io import read_remote
 
             return self._load_open(url, read_remote(url), map_location, weights_only, mmap=False)
+        # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
+        # an `.old` name (see `replace_path`).
         target = committed_path(_local_path(path, "load_checkpoint"))
         if not target.exists():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")

@@ -19,9 +19,6 @@ _MODULES: Final = {
         "recorded_seed",
     ),
     "fabric_core.utilities.attribute_dict": ("AttributeDict",),
-    "fabric_core.utilities.enums": ("LightningEnum",),
-    "fabric_core.utilities.warnings": ("disable_possible_user_warnings", "PossibleUserWarning"),
-    "fabric_core.utilities.throughput": ("Throughput", "ThroughputMonitor", "measure_flops", "get_available_flops"),
     "fabric_core.utilities.data": (
         "DistributedSamplerWrapper",
         "suggested_max_num_workers",
@@ -71,6 +68,9 @@ _MODULES: Final = {
         "synchronize_rng_states",
         "wait_for_everyone",
     ),
+    "fabric_core.utilities.enums": ("LightningEnum",),
+    "fabric_core.utilities.warnings": ("disable_possible_user_warnings", "PossibleUserWarning"),
+    "fabric_core.utilities.throughput": ("Throughput", "ThroughputMonitor", "measure_flops", "get_available_flops"),
 }
 _WHERE: Final = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_WHERE)
