@@ -1,10 +1,22 @@
-"""Collective operations a user runs on process groups they own (Lightning's ``plugins.collectives``)."""
+"""``fabric_core.plugins.collectives``: collective operations on process groups (Lightning's path).
+
+Submodules, as in Lightning: ``collective`` (``Collective``), ``single_device``
+(``SingleDeviceCollective``) and ``torch_collective`` (``TorchCollective``); ``CollectibleGroup`` comes from
+``fabric_core.utilities.types``. Names load on first use, so ``import fabric_core.plugins.collectives`` imports
+no torch.
+"""
 
 from __future__ import annotations
 
-from fabric_core.plugins.collectives.collective import Collective
-from fabric_core.plugins.collectives.single_device import SingleDeviceCollective
-from fabric_core.plugins.collectives.torch_collective import TorchCollective
-from fabric_core.utilities.types import CollectibleGroup
+from fabric_core._lazy import class_getattr
 
-__all__ = ["CollectibleGroup", "Collective", "SingleDeviceCollective", "TorchCollective"]
+__getattr__, __dir__ = class_getattr(
+    __name__,
+    (),
+    {
+        "CollectibleGroup": "fabric_core.utilities.types",
+        "Collective": "fabric_core.plugins.collectives.collective",
+        "SingleDeviceCollective": "fabric_core.plugins.collectives.single_device",
+        "TorchCollective": "fabric_core.plugins.collectives.torch_collective",
+    },
+)
