@@ -75,6 +75,8 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
         for n in ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
     },
     ("logger", "tensorboard"): "fabric-core-tensorboard",
+    # Helper functions Lightning exports next to the classes, which live in a plugin here.
+    ("function", "find_usable_cuda_devices"): "fabric-core-cuda",
 }
 
 

@@ -717,6 +717,9 @@ def unwrap_objects(collection: Any) -> Any:
     return apply_to_collection(collection, types, _unwrap)
 
 
+_unwrap_objects = unwrap_objects  # Lightning's name, which its examples import
+
+
 def is_wrapped(obj: object) -> bool:
     """Whether ``obj`` was returned by ``fabric.setup*`` (a module, optimizer or dataloader wrapper).
 

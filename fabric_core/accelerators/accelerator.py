@@ -23,6 +23,20 @@ class Accelerator(ABC):
     #: The process-group backend used on these devices.
     process_group_backend: ClassVar[str] = "gloo"
 
+    @classmethod
+    def name(cls) -> str:
+        """The name this accelerator is registered under (``"cpu"``, ``"cuda"``, ...), as Lightning's ``name()``.
+
+        The catalog's entry for this class decides; a class no plugin registered answers its ``device_type``.
+        """
+        from fabric_core._manager import get_manager
+
+        for entry in get_manager().catalog.entries("accelerator"):
+            if entry.class_name == cls.__name__ and entry.load() is cls:
+                name: str = entry.name
+                return name
+        return cls.device_type
+
     def setup_device(self, device: torch.device) -> None:  # noqa: B027 - optional hook
         """Prepare ``device`` for this process (e.g. ``torch.cuda.set_device``)."""
 

@@ -70,6 +70,23 @@ class SLURMEnvironment(ClusterEnvironment):
         return _PORT_BASE + job_id % 10000
 
     @staticmethod
+    def resolve_root_node_address(nodes: str) -> str:
+        """The first host of a SLURM node list: ``"host[5-9]"``, ``"host0,host1"`` and ``"host0 host1"``
+        give ``host5`` and ``host0``.
+
+        Raises:
+            InvalidConfigError: The list is malformed or empty.
+        """
+        hosts = expand_hostlist(nodes)
+        if not hosts:
+            raise InvalidConfigError(
+                f"`SLURMEnvironment.resolve_root_node_address({nodes!r})`: the node list names no host.",
+                argument="nodes",
+                value=nodes,
+            )
+        return hosts[0]
+
+    @staticmethod
     def detect() -> bool:
         """Whether this process is an ``srun`` task (``SLURM_NTASKS`` set, and not an interactive job)."""
         return "SLURM_NTASKS" in os.environ and SLURMEnvironment.job_name() not in _INTERACTIVE_JOB_NAMES

@@ -111,6 +111,15 @@ class CSVLogger(Logger):
         return os.path.join(self._root_dir, self._name, folder)
 
     @property
+    def experiment(self) -> CSVLogger:
+        """What writes the file: this logger itself (``log_metrics``, ``save``, ``metrics_file_path``).
+
+        Lightning returns a separate writer object with those members; code that calls
+        ``logger.experiment.log_metrics(...)`` or ``.save()`` works the same on this one.
+        """
+        return self
+
+    @property
     def metrics_file_path(self) -> str:
         """The CSV file this logger writes."""
         return os.path.join(self.log_dir, METRICS_FILE)

@@ -11,5 +11,6 @@ __getattr__, __dir__ = class_getattr(
         "Strategy": "fabric_core.strategies.strategy",
         "SingleDeviceStrategy": "fabric_core.strategies.single_device",
         "ParallelStrategy": "fabric_core.strategies.parallel",
+        "STRATEGY_REGISTRY": "fabric_core.strategies.registry",
     },
 )

@@ -14,6 +14,7 @@ _MODULES: Final = {
         "reset_seed",
         "set_seed",
         "worker_init_function",
+        "pl_worker_init_function",
         "seed_workers_enabled",
         "recorded_seed",
     ),
@@ -68,6 +69,9 @@ _MODULES: Final = {
         "synchronize_rng_states",
         "wait_for_everyone",
     ),
+    "fabric_core.utilities.enums": ("LightningEnum",),
+    "fabric_core.utilities.warnings": ("disable_possible_user_warnings", "PossibleUserWarning"),
+    "fabric_core.utilities.throughput": ("Throughput", "ThroughputMonitor", "measure_flops", "get_available_flops"),
 }
 _WHERE: Final = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_WHERE)

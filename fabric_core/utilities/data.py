@@ -25,15 +25,18 @@ from torch.utils.data import (
 )
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.utilities.attribute_dict import AttributeDict
 from fabric_core.utilities.seed import recorded_seed
 
 __all__ = [
+    "AttributeDict",
     "DistributedSamplerWrapper",
     "distributed_sampler_for",
     "has_iterable_dataset",
     "has_len",
     "replace_sampler",
     "requires_distributed_sampler",
+    "sized_len",
     "suggested_max_num_workers",
 ]
 
@@ -127,15 +130,26 @@ def _num_cpus() -> int:
     return os.cpu_count() or 1  # pragma: no cover - macOS and Windows
 
 
+def sized_len(dataloader: object) -> int | None:
+    """``len(dataloader)``, or ``None`` where it has no length (an iterable dataset, a generator).
+
+    Args:
+        dataloader: A DataLoader or any iterable.
+    """
+    try:
+        return len(dataloader)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        return None
+
+
 def has_len(dataloader: object) -> bool:
     """Whether ``len(dataloader)`` works; warns when it is 0.
 
     Args:
         dataloader: A DataLoader or any iterable.
     """
-    try:
-        length = len(dataloader)  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):
+    length = sized_len(dataloader)
+    if length is None:
         return False
     if length == 0:
         warnings.warn(

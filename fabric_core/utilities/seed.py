@@ -25,6 +25,7 @@ from fabric_core.utilities.rank_zero import (
 __all__ = [
     "MAX_SEED_VALUE",
     "MIN_SEED_VALUE",
+    "pl_worker_init_function",
     "recorded_seed",
     "reset_seed",
     "seed_everything",
@@ -158,6 +159,10 @@ def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     np = _numpy()
     if np is not None:
         np.random.seed(np.random.SeedSequence([base_seed, worker_id, global_rank]).generate_state(4))
+
+
+#: Lightning's name for :func:`worker_init_function`.
+pl_worker_init_function: Final = worker_init_function
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:

@@ -1,0 +1,124 @@
+"""Read-only, Lightning-shaped views of the catalog: ``ACCELERATOR_REGISTRY`` and ``STRATEGY_REGISTRY``.
+
+Lightning keeps a dict per kind that classes register themselves into; in fabric-core, plugins register
+components through hooks, and these views show the resulting catalog in Lightning's shape
+(``{name: {"description", "init_params", <kind>, "<kind>_name"}}``). Nothing is imported until an entry's
+class is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from fabric_core.errors import FabricCoreError
+
+__all__ = ["CatalogView", "ReadOnlyRegistryError", "plugin_export"]
+
+
+class ReadOnlyRegistryError(FabricCoreError, TypeError):
+    """The registry views cannot be changed: components are registered by plugins, through hooks."""
+
+
+class CatalogView(Mapping[str, dict[str, Any]]):
+    """The catalog's components of one ``kind``, by every name and alias ``Fabric(...)`` accepts.
+
+    Args:
+        kind: ``"accelerator"`` or ``"strategy"``.
+        title: How :func:`str` introduces the names (``"Registered Accelerators"``).
+    """
+
+    def __init__(self, kind: str, title: str) -> None:
+        self._kind = kind
+        self._title = title
+
+    @staticmethod
+    def _catalog() -> Any:
+        from fabric_core._manager import get_manager
+
+        return get_manager().catalog
+
+    def _entry(self, name: str) -> Any:
+        entry = self._catalog().find(self._kind, name) if isinstance(name, str) else None
+        if entry is None:
+            raise KeyError(f"'{name}' not found in registry. Available names: {self._names()}")
+        return entry
+
+    def _names(self) -> list[str]:
+        names: list[str] = self._catalog().names(self._kind)
+        return names
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        entry = self._entry(name)
+        return {
+            "description": entry.description,
+            "init_params": dict(entry.defaults),
+            self._kind: entry.load(),
+            f"{self._kind}_name": name,
+        }
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._catalog().find(self._kind, name) is not None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Build the component ``name`` with its registered arguments; ``default`` if there is none.
+
+        Raises:
+            KeyError: No such name and no ``default``; the message lists the names.
+        """
+        if name in self:
+            return self._entry(name).build()
+        if default is not None:
+            return default
+        return self._entry(name)  # raises the KeyError
+
+    def register(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Not supported: register components from a plugin (see the docs' "Writing a plugin")."""
+        raise ReadOnlyRegistryError(
+            f"Cannot register {name!r} here: this registry is a read-only view of fabric-core's plugin catalog. "
+            f"Register the {self._kind} from a plugin's `fabric_core_register_{self._kind}s` hook (docs: "
+            f"writing-a-plugin.md), or pass an instance directly: `Fabric({self._kind}=My{self._kind.title()}())`."
+        )
+
+    def remove(self, name: str) -> None:
+        """Not supported: the catalog is changed by installing or disabling plugins."""
+        raise ReadOnlyRegistryError(
+            f"Cannot remove {name!r}: this registry is a read-only view of fabric-core's plugin catalog. Disable "
+            "the plugin that provides it instead (`fabric-core list-plugins` shows which one)."
+        )
+
+    def __str__(self) -> str:
+        return f"{self._title}: {', '.join(self._names())}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of the {self._kind}s: {', '.join(self._names())}>"
+
+
+def plugin_export(name: str, kind: str) -> Any:
+    """A public function or constant that an installed plugin of ``kind`` exports under ``name``.
+
+    Lightning's packages export helpers next to their classes (``accelerators.find_usable_cuda_devices``);
+    here a plugin's top-level package does, in its ``__all__``.
+
+    Raises:
+        AttributeError: No installed plugin of ``kind`` exports ``name``.
+    """
+    import importlib
+
+    from fabric_core._manager import get_manager
+
+    packages = dict.fromkeys(e.target.split(".", 1)[0] for e in get_manager().catalog.entries(kind))
+    for package in packages:
+        try:
+            module = importlib.import_module(package)
+        except ImportError:
+            continue
+        if name in getattr(module, "__all__", ()):
+            return getattr(module, name)
+    raise AttributeError(name)

@@ -1,0 +1,20 @@
+"""``STRATEGY_REGISTRY``: Lightning's strategy registry, as a read-only view of the plugin catalog."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fabric_core._catalog_view import CatalogView
+
+__all__ = ["STRATEGY_REGISTRY"]
+
+
+class _StrategyRegistry(CatalogView):
+    """Every strategy name ``Fabric(strategy=...)`` accepts, with its class, arguments and description."""
+
+    def available_strategies(self) -> list[str]:
+        """The names (aliases included) of every registered strategy."""
+        return list(self)
+
+
+STRATEGY_REGISTRY: Final = _StrategyRegistry("strategy", "Registered Strategies")
