@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 from importlib import metadata, util
 from pathlib import Path
 
@@ -21,24 +20,6 @@ from fabric_core._aliases import resolve
 from fabric_core._manager import plugin_module
 from fabric_core.errors import FIRST_PARTY_MODULES, InvalidConfigError
 from fabric_core.testing import make_manager
-
-# Paths another part of issue 15 adds (the missing public names of item 2); each is expected to import
-# once that lands. A path listed here that imports is reported (a warning), so that the list gets pruned.
-PENDING: dict[str, str] = {
-    "accelerators.registry": "ACCELERATOR_REGISTRY (item 2)",
-    "strategies.registry": "STRATEGY_REGISTRY (item 2)",
-    "plugins.collectives.collective": "Collective (item 2)",
-    "plugins.collectives.single_device": "SingleDeviceCollective (item 2)",
-    "plugins.collectives.torch_collective": "TorchCollective (item 2)",
-    "utilities.cloud_io": "item 2",
-    "utilities.distributed": "is_shared_filesystem (item 2)",
-    "utilities.enums": "LightningEnum (item 2)",
-    "utilities.exceptions": "MisconfigurationException (item 2)",
-    "utilities.spike": "SpikeDetection (item 2)",
-    "utilities.throughput": "Throughput (item 2)",
-    "utilities.types": "Optimizable, Steppable (item 2)",
-    "utilities.warnings": "PossibleUserWarning (item 2)",
-}
 
 
 def lightning_module_paths() -> list[str]:
@@ -91,11 +72,8 @@ def test_every_lightning_module_path_imports_under_fabric_core() -> None:
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
-    failed = {p: r for p, r in result.items() if r.startswith("ERROR") and p not in PENDING}
+    failed = {p: r for p, r in result.items() if r.startswith("ERROR")}
     assert not failed, f"{len(failed)} Lightning module paths do not import under fabric_core: {failed}"
-    landed = sorted(p for p in PENDING if p in result and not result[p].startswith("ERROR"))
-    if landed:  # not a failure: the pieces of issue 15 merge in any order; the summary shows what to prune
-        warnings.warn(f"remove from PENDING, these import now: {landed}", UserWarning, stacklevel=1)
     # A plugin's path is its module itself, not a copy: the classes are the same objects.
     for path in FIRST_PARTY_MODULES:
         assert result[path].startswith("fabric_core_"), (path, result[path])

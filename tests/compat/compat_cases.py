@@ -1097,6 +1097,8 @@ def _torchrun_resolution(lib: Any, tmp: Path) -> Any:
         LOCAL_RANK="1",
         GROUP_RANK="0",
         LOCAL_WORLD_SIZE="2",
+        # fabric-core joins the 2-process job these variables describe; no peer comes, so fail within a second.
+        FABRIC_CORE_RENDEZVOUS_TIMEOUT="1",
     )
     return _resolved(accelerator="cpu")(lib, tmp)
 

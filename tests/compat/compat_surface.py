@@ -22,9 +22,11 @@ import enum
 import importlib
 import inspect
 import pkgutil
+import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 LIGHTNING = "lightning_fabric"
@@ -277,8 +279,27 @@ def _is_module(path: str) -> bool:
     return True
 
 
+def prune(found: dict[str, list[str]]) -> list[str]:
+    """Delete the allow-list lines of the surface sections whose difference is gone; return the deleted keys."""
+    import known_differences as known
+
+    stale = {key for section, keys in found.items() for key in getattr(known, section) if key not in keys}
+    path = Path(known.__file__)
+    kept = [line for line in path.read_text().splitlines(keepends=True) if _entry_key(line) not in stale]
+    path.write_text("".join(kept))
+    return sorted(stale)
+
+
+def _entry_key(line: str) -> str | None:
+    stripped = line.strip()
+    if not stripped.startswith('"') or '": (' not in stripped:
+        return None
+    return stripped[1 : stripped.index('": (')]
+
+
 def main() -> None:
-    """``python tests/compat/compat_surface.py``: the figures for a closing note (found, allow-listed, by kind)."""
+    """``python tests/compat/compat_surface.py [--prune]``: the figures for a closing note (found, allow-listed,
+    by kind); ``--prune`` first deletes the allow-list entries of the surface sections that no longer differ."""
     import known_differences as known
 
     report = compare()
@@ -288,6 +309,10 @@ def main() -> None:
         "PARAMS": report.params,
         "DEFAULTS": list(report.defaults),
     }
+    if "--prune" in sys.argv[1:]:
+        for key in prune(found):
+            print(f"deleted stale entry {key}")
+        importlib.reload(known)
     print(f"compared: {report.compared_names} public names and members, {report.compared_params} parameters")
     for section, keys in found.items():
         listed: dict[str, tuple[str, str]] = getattr(known, section)
