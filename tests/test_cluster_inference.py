@@ -116,9 +116,7 @@ def test_a_plain_run_is_unchanged(clean_env: pytest.MonkeyPatch) -> None:
     [
         ({"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "2"}, (2, 2)),
         ({"SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "2(x3)", "SLURM_NNODES": "3"}, (2, 3)),
-        ({"SLURM_NTASKS": "2", "SLURM_NNODES": "2"}, (1, 2)),  # one task per node needs no --ntasks-per-node
         ({"SLURM_NTASKS": "3", "SLURM_NTASKS_PER_NODE": "2(x1),1", "SLURM_NNODES": "2"}, None),  # uneven
-        ({"SLURM_NTASKS": "4", "SLURM_NNODES": "2"}, None),  # --ntasks alone: SLURM may place them unevenly
     ],
 )
 def test_slurm_topology(clean_env: pytest.MonkeyPatch, variables: dict[str, str], expected: object) -> None:
@@ -132,12 +130,27 @@ def test_slurm_topology(clean_env: pytest.MonkeyPatch, variables: dict[str, str]
         assert (ctx.environment, (ctx.num_processes, ctx.num_nodes), ctx.strategy) == ("slurm", expected, "ddp")
 
 
+@pytest.mark.parametrize("variables", [{"SLURM_NTASKS": "2", "SLURM_NNODES": "2"}, {"SLURM_NTASKS": "4"}])
+def test_slurm_ntasks_alone_is_refused_before_anything_is_inferred(
+    clean_env: pytest.MonkeyPatch, variables: dict[str, str]
+) -> None:
+    """``--ntasks`` without ``--ntasks-per-node`` lets SLURM place tasks unevenly; refused as Lightning does."""
+    from fabric_core.environments.slurm import SLURMEnvironment
+    from fabric_core.errors import EnvironmentSetupError
+
+    for name, value in {"SLURM_JOB_NAME": "train", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", **variables}.items():
+        clean_env.setenv(name, value)
+    with pytest.raises(EnvironmentSetupError, match="--ntasks-per-node"):
+        SLURMEnvironment()
+
+
 def test_lsf_topology_comes_from_the_rank_file(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from fabric_core.environments.lsf import LSFEnvironment
 
     rankfile = tmp_path / "ranks"
     rankfile.write_text("launch\nnodeA\nnodeA\nnodeB\nnodeB\n")
     clean_env.setenv("LSB_DJOB_RANKFILE", str(rankfile))
+    clean_env.setenv("LSB_JOBID", "1234")
     assert LSFEnvironment().topology() == (2, 2)
     rankfile.write_text("launch\nnodeA\nnodeA\nnodeB\n")
     assert LSFEnvironment().topology() is None
