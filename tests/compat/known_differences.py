@@ -130,14 +130,7 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
 BEHAVIOUR: dict[str, tuple[str, str]] = {
     "2-ranks:custom_batch_sampler": (DELIBERATE, "a plain BatchSampler keeps its batch size on each rank; Lightning's launch(fn) path draws batches of one (its script path crashes in collate)"),
-    "bad-devices-string": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-devices-negative": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-devices-list-on-cpu": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-plugin-type": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "mps-not-available": (GAP, "issue 15 #5: InvalidConfigError must also be a RuntimeError where Lightning raises one"),
-    "seed-from-env": (GAP, "FABRIC_CORE_GLOBAL_SEED, written by the previous seed_everything(42), wins over a newer PL_GLOBAL_SEED"),
     "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),
     "torchrun-auto-resolution": (DELIBERATE, "under torchrun, Fabric() with devices/strategy 'auto' joins the N-process job (Lightning trains N copies); tests/test_cluster_inference.py runs it for real"),
-    "load-planted-payload": (GAP, "issue 15 #5: the refusal (a CheckpointError; the payload never runs in either) must also be a pickle.UnpicklingError"),
 }
 # fmt: on
