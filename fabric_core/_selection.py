@@ -32,7 +32,12 @@ from fabric_core._arguments import (
 from fabric_core._logging import log_event
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import Catalog, Entry, Spec
-from fabric_core.errors import InvalidConfigError, UnknownNameError
+from fabric_core.errors import (
+    AcceleratorUnavailableError,
+    ArgumentTypeError,
+    InvalidConfigError,
+    UnknownNameError,
+)
 
 __all__ = ["Components", "Decision", "Selection", "SelectionContext", "select"]
 
@@ -213,7 +218,7 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
         elif isinstance(item, ClusterEnvironment):
             slot = ("environment", item)
         else:
-            raise InvalidConfigError(
+            raise ArgumentTypeError(
                 f"Found invalid type for plugin {item!r}. Expected one of: Precision, CheckpointIO, "
                 "ClusterEnvironment, or the name of a precision or cluster environment.",
                 argument="plugins",
@@ -251,7 +256,7 @@ def _select_accelerator(
     cls = entry.load()
     if not (entry.is_available() if entry.probe else cls.is_available()):
         available = [e.name for e in ctx.catalog.selectable("accelerator") if e.is_available()]
-        raise InvalidConfigError(
+        raise AcceleratorUnavailableError(
             f"`{cls.__name__}` can not run on your system since the accelerator is not available. The "
             f"following accelerator(s) are available and can be passed as `Fabric(accelerator=...)`: "
             f"{available}.",

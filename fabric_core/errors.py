@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import difflib
 import errno
+import pickle
 from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
+    "AcceleratorUnavailableError",
     "AmbiguousNameError",
     "ArgumentTypeError",
     "CheckpointError",
@@ -33,6 +35,7 @@ __all__ = [
     "RendezvousError",
     "UnknownNameError",
     "UnknownOptionError",
+    "UnsafeCheckpointError",
     "describe_failure",
     "install_hint",
 ]
@@ -280,6 +283,10 @@ class UnknownOptionError(ArgumentTypeError):
         super().__init__(" ".join(lines), argument=option, value=value)
 
 
+class AcceleratorUnavailableError(InvalidConfigError, RuntimeError):
+    """An installed accelerator that cannot run on this machine (a ``RuntimeError`` too, as Lightning raises)."""
+
+
 class EnvironmentSetupError(InvalidConfigError, RuntimeError):
     """A scheduler's job settings this process cannot run under (a ``RuntimeError`` too, as Lightning raises)."""
 
@@ -345,3 +352,14 @@ class CheckpointSpaceError(CheckpointError, OSError, RuntimeError):
     def __str__(self) -> str:
         # OSError's own form would be "[Errno 28] <message>"; the message already says it.
         return str(self.args[0])
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint that holds Python objects which loading with ``weights_only=True`` refused.
+
+    Its ``reason`` is ``"unsafe"``. Also a ``pickle.UnpicklingError``, as ``torch.load`` raises there, so that
+    code which catches that keeps working. Nothing in the file was run.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message, path=path, reason="unsafe")

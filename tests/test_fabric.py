@@ -325,6 +325,7 @@ def test_setup_dataloaders_seeds_workers_after_seed_everything(monkeypatch: pyte
     monkeypatch.setenv("PL_GLOBAL_SEED", "0")
     monkeypatch.setenv("FABRIC_CORE_SEED_WORKERS", "0")
     monkeypatch.setenv("PL_SEED_WORKERS", "0")
+    monkeypatch.setenv("FABRIC_CORE_SEED_WRITTEN", "0")
     assert Fabric.seed_everything(3) == 3  # workers default to True here
     assert os.environ["FABRIC_CORE_SEED_WORKERS"] == "1"
     wrapped = make_fabric().setup_dataloaders(DataLoader(dataset()))
@@ -698,7 +699,8 @@ def test_log_refuses_tensors_with_several_elements() -> None:
 
 
 def test_seed_everything_seeds_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("FABRIC_CORE_GLOBAL_SEED", "PL_GLOBAL_SEED", "FABRIC_CORE_SEED_WORKERS", "PL_SEED_WORKERS"):
+    seed_vars = ("FABRIC_CORE_GLOBAL_SEED", "PL_GLOBAL_SEED", "FABRIC_CORE_SEED_WORKERS", "PL_SEED_WORKERS")
+    for name in (*seed_vars, "FABRIC_CORE_SEED_WRITTEN"):
         monkeypatch.setenv(name, "0")
     Fabric.seed_everything(7)
     first = torch.rand(3)

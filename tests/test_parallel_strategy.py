@@ -136,3 +136,16 @@ def test_teardown_without_a_process_group_clears_the_world_size(monkeypatch: pyt
     strategy = connected()
     strategy.teardown()
     assert "WORLD_SIZE" not in os.environ
+
+
+def test_barrier_and_all_reduce_take_and_ignore_lightnings_extra_arguments() -> None:
+    # Lightning's strategies declare `barrier(*args, **kwargs)` and `SingleDeviceStrategy.all_reduce(tensor,
+    # *args, **kwargs)`; code written against them passes extras that must not raise.
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+
+    assert connected().barrier("checkpoint", 1, timeout=5) is None
+    single = SingleDeviceStrategy(device=CPU)
+    assert single.barrier("checkpoint", 1, timeout=5) is None
+    tensor = torch.ones(2)
+    assert single.all_reduce(tensor, None, "sum", async_op=False) is tensor
+    assert single.all_reduce(tensor=tensor) is tensor

@@ -11,7 +11,13 @@ import torch
 from fabric_core import spec
 from fabric_core._manager import plugin_module
 from fabric_core._selection import select
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError, UnknownNameError
+from fabric_core.errors import (
+    AcceleratorUnavailableError,
+    ArgumentTypeError,
+    FabricCoreWarning,
+    InvalidConfigError,
+    UnknownNameError,
+)
 from fabric_core.testing import make_manager
 
 
@@ -140,8 +146,10 @@ def test_unavailable_accelerator_names_what_is_available() -> None:
         )
 
     m = make_manager(plugin_module("ghost", {"fabric_core_register_accelerators": register}))
-    with pytest.raises(InvalidConfigError, match=r"`CPUAccelerator` can not run.*\['cpu'\]"):
+    # A RuntimeError too, as Lightning raises there.
+    with pytest.raises(AcceleratorUnavailableError, match=r"`CPUAccelerator` can not run.*\['cpu'\]") as info:
         select(m, accelerator="ghost")
+    assert isinstance(info.value, RuntimeError)
 
 
 def test_named_loggers_and_instances() -> None:
@@ -159,6 +167,7 @@ def test_plugins_argument_accepts_environment_names_and_instances() -> None:
     assert selection.context.precision == "64-true"
 
 
+# ArgumentTypeError (a TypeError too) where Lightning raises TypeError.
 BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"accelerator": "cdua"}, UnknownNameError, r"accelerator 'cdua'.*Did you mean 'cuda'.*fabric-core-cuda"),
     ({"accelerator": "gpu"}, UnknownNameError, r"fabric-core-cuda"),
@@ -177,11 +186,11 @@ BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"devices": 0}, InvalidConfigError, r"devices=0.*not a valid input"),
     ({"devices": "0"}, InvalidConfigError, r"devices=0.*not a valid input"),
     ({"devices": []}, InvalidConfigError, r"devices=\[\].*not a valid input"),
-    ({"devices": -1}, InvalidConfigError, r"devices=-1.*should be an int > 0"),
-    ({"devices": "-1"}, InvalidConfigError, r"devices=-1.*should be an int > 0"),
-    ({"devices": [0, 1]}, InvalidConfigError, r"devices=\[0, 1\].*should be an int > 0"),
-    ({"devices": "0,1"}, InvalidConfigError, r"devices='0,1'.*should be an int > 0"),
-    ({"devices": 2.5}, InvalidConfigError, r"devices=2.5.*should be an int > 0"),
+    ({"devices": -1}, ArgumentTypeError, r"devices=-1.*should be an int > 0"),
+    ({"devices": "-1"}, ArgumentTypeError, r"devices=-1.*should be an int > 0"),
+    ({"devices": [0, 1]}, ArgumentTypeError, r"devices=\[0, 1\].*should be an int > 0"),
+    ({"devices": "0,1"}, ArgumentTypeError, r"devices='0,1'.*should be an int > 0"),
+    ({"devices": 2.5}, ArgumentTypeError, r"devices=2.5.*should be an int > 0"),
     ({"devices": True}, InvalidConfigError, r"devices=True"),
     ({"devices": 2}, InvalidConfigError, r"No installed plugin provides a strategy for 2 processes"),
     ({"num_nodes": 0}, InvalidConfigError, r"num_nodes=0.*positive integer"),
@@ -193,7 +202,7 @@ BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"precision": 8}, UnknownNameError, r"precision '8'"),
     ({"precision": "nf4"}, UnknownNameError, r"pip install fabric-core-bitsandbytes"),
     ({"precision": 16.0}, InvalidConfigError, r"Precision 16.0 is invalid"),
-    ({"plugins": 42}, InvalidConfigError, r"invalid type for plugin 42.*Precision, CheckpointIO"),
+    ({"plugins": 42}, ArgumentTypeError, r"invalid type for plugin 42.*Precision, CheckpointIO"),
     ({"plugins": ["slurmm"]}, UnknownNameError, r"plugin 'slurmm'.*Did you mean 'slurm'"),
     ({"plugins": ["slurm", "lsf"]}, InvalidConfigError, r"multiple values for environment"),
     ({"plugins": ["64-true"], "precision": "32-true"}, InvalidConfigError, r"Received both"),

@@ -22,7 +22,13 @@ from fabric_core.utilities.seed import (
     worker_init_function,
 )
 
-_SEED_VARS = ("FABRIC_CORE_GLOBAL_SEED", "PL_GLOBAL_SEED", "FABRIC_CORE_SEED_WORKERS", "PL_SEED_WORKERS")
+_SEED_VARS = (
+    "FABRIC_CORE_GLOBAL_SEED",
+    "PL_GLOBAL_SEED",
+    "FABRIC_CORE_SEED_WORKERS",
+    "PL_SEED_WORKERS",
+    "FABRIC_CORE_SEED_WRITTEN",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +67,30 @@ def test_seed_everything_reads_its_own_environment_variable(monkeypatch: pytest.
     monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "31")
     monkeypatch.setenv("PL_GLOBAL_SEED", "99")
     assert seed_everything() == 31
+
+
+def test_a_newer_lightning_seed_wins_over_the_one_seed_everything_wrote() -> None:
+    # A launcher or the user sets Lightning's variable for the next run after a seed_everything(42).
+    seed_everything(42)
+    os.environ["PL_GLOBAL_SEED"] = "123"
+    assert seed_everything() == 123
+    assert os.environ["FABRIC_CORE_GLOBAL_SEED"] == os.environ["PL_GLOBAL_SEED"] == "123"
+
+
+def test_a_newer_own_seed_wins_over_the_one_seed_everything_wrote() -> None:
+    seed_everything(42)
+    os.environ["FABRIC_CORE_GLOBAL_SEED"] = "7"
+    assert seed_everything() == 7
+    assert os.environ["PL_GLOBAL_SEED"] == "7"
+
+
+def test_reset_seed_applies_a_newer_lightning_seed() -> None:
+    seed_everything(42)
+    os.environ["PL_GLOBAL_SEED"] = "5"
+    reset_seed()
+    first = _draws()
+    seed_everything(5)
+    assert _draws() == first
 
 
 def test_seed_everything_reads_lightnings_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:

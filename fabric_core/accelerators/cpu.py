@@ -8,7 +8,7 @@ from typing import Any, Final
 import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 
 __all__ = ["CORES_FACTOR", "MIN_CEILING", "CPUAccelerator", "max_cpu_processes"]
 
@@ -45,12 +45,14 @@ class CPUAccelerator(Accelerator):
         """Accept an int > 0 or a string of digits.
 
         Raises:
-            InvalidConfigError: Anything else (lists and ``-1`` are GPU forms and are rejected on CPU).
+            ArgumentTypeError: Anything else (lists and ``-1`` are GPU forms and are rejected on CPU).
+            InvalidConfigError: More processes than this machine's ceiling.
         """
         if isinstance(devices, str) and devices.strip().isdigit():
             devices = int(devices)
         if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 0:
-            raise InvalidConfigError(
+            # A TypeError too, as Lightning raises here, so that `except TypeError` keeps working.
+            raise ArgumentTypeError(
                 f"`Fabric(devices={devices!r})`: `devices` selected with `CPUAccelerator` should be an int > 0.",
                 argument="devices",
                 value=devices,

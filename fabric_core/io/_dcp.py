@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 
-from fabric_core.errors import CheckpointError
+from fabric_core.errors import CheckpointError, UnsafeCheckpointError
 from fabric_core.io._folder import OpenFolder
 from fabric_core.io._safe_pickle import RefusedGlobal, load_restricted, refused_error
 
@@ -189,13 +189,12 @@ class _WeightsOnlyBytes(DefaultLoadPlanner):
                 relative = self.reader.storage_data[read_item.storage_index].relative_path
                 where = self.reader.shown(Path(self.reader.path) / relative)
             detail = str(err.__cause__ or err.__context__ or err)
-            raise CheckpointError(
+            raise UnsafeCheckpointError(
                 f"Checkpoint file {os.fspath(where)!r} holds a value for {read_item.dest_index.fqn!r} that is not a "
                 "tensor or plain container; building it could run code stored in the file, so loading was refused "
                 "(`weights_only=True` is the default). Only if you trust the source of this checkpoint, load it "
                 f"with `weights_only=False`. Detail: {detail.strip()}",
                 path=os.fspath(where),
-                reason="unsafe",
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)

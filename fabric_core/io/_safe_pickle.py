@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Collection
 from typing import IO, Any
 
-from fabric_core.errors import CheckpointError
+from fabric_core.errors import CheckpointError, UnsafeCheckpointError
 
 # How a zip archive starts; `torch.load` reads any other file with its legacy loader, which unpickles
 # several objects (or the members of a tar archive) before the data.
@@ -148,13 +148,12 @@ def scan(data: bytes | IO[bytes], allowed: Allowed) -> None:
 def refused_error(path: str | os.PathLike[str], refused: RefusedGlobal) -> CheckpointError:
     """The error for a file that names a global outside the allow-list: the file, the global, the way out."""
     text = os.fspath(path)
-    return CheckpointError(
+    return UnsafeCheckpointError(
         f"Checkpoint file {text!r} holds a reference to `{refused.qualified}`, which is not one of the types a "
         "checkpoint of this format consists of; unpickling it could run code stored in the file, so loading "
         "was refused (`weights_only=True` is the default). Only if you trust the source of this checkpoint, "
         "load it with `weights_only=False` (e.g. `fabric.load(path, state, weights_only=False)`).",
         path=text,
-        reason="unsafe",
     )
 
 
@@ -174,12 +173,11 @@ def check_torch_file(path: str | os.PathLike[str], allowed: Allowed) -> None:
     with open(path, "rb") as file:
         head = file.read(len(_ZIP_MAGIC))
     if head != _ZIP_MAGIC:
-        raise CheckpointError(
+        raise UnsafeCheckpointError(
             f"Checkpoint file {text!r} is not a zip archive written by `torch.save` (torch's format since 1.6), so "
             "it cannot be checked for code before it is unpickled; loading was refused (`weights_only=True` is "
             "the default). Only if you trust the source of this checkpoint, load it with `weights_only=False`.",
             path=text,
-            reason="unsafe",
         )
     try:
         reader = torch._C.PyTorchFileReader(text)

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Final
 
 import torch
 
-from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
+from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError, UnsafeCheckpointError
 from fabric_core.io.atomic import atomic_write, existing_committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
 from fabric_core.utilities.apply_func import apply_to_collection
@@ -141,14 +141,13 @@ def _corrupt(path: Path | str, detail: str) -> CheckpointError:
 def _refused(path: Path | str, detail: str) -> CheckpointError:
     found = re.search(r"GLOBAL ([\w.]+)", detail)
     what = f" such as `{found.group(1)}`" if found else ""
-    return CheckpointError(
+    return UnsafeCheckpointError(
         f"Checkpoint file {os.fspath(path)!r} holds Python objects{what} that are not tensors or plain "
         "containers; building them could run code stored in the file, so loading was refused "
         "(`weights_only=True` is the default). Only if you trust the source of this file, load it with "
         "`weights_only=False` (e.g. `fabric.load(path, weights_only=False)`), or allow the classes with "
         f"`torch.serialization.add_safe_globals([...])`. Detail: {detail}",
         path=os.fspath(path),
-        reason="unsafe",
     )
 
 

@@ -451,8 +451,11 @@ class ParallelStrategy(Strategy):
         result: T = objects[0]
         return result
 
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every process reaches this point (``name`` only labels it for debugging)."""
+    def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        """Wait until every process reaches this point (``name`` only labels it for debugging).
+
+        Extra arguments are accepted and ignored, as Lightning's strategies do.
+        """
         if not self._distributed():
             return
         if dist.get_backend() == "nccl":

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fabric_core.strategies.strategy import Strategy
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from fabric_core.accelerators.accelerator import Accelerator
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.io.checkpoint_io import CheckpointIO
@@ -29,6 +31,14 @@ class SingleDeviceStrategy(Strategy):
     ) -> None:
         super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
         self._device = torch.device(device) if device is not None else None
+
+    # Lightning's signatures: extra arguments are accepted and ignored (one process has nothing to wait for
+    # or reduce). The identity stays a bare return: all_reduce is on the per-step path.
+    def all_reduce(self, tensor: Tensor | Any, *args: Any, **kwargs: Any) -> Tensor | Any:
+        return tensor
+
+    def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        return None
 
     def connect(
         self,

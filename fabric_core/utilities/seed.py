@@ -45,6 +45,9 @@ SEED_WORKERS_ENV: Final = "FABRIC_CORE_SEED_WORKERS"
 # Lightning's names, read and written too, so that code and launchers written for Lightning keep working.
 _LIGHTNING_SEED_ENV: Final = "PL_GLOBAL_SEED"
 _LIGHTNING_SEED_WORKERS_ENV: Final = "PL_SEED_WORKERS"
+# The value seed_everything last wrote to both seed variables. When they differ, the one that no longer holds
+# it was set since, by a launcher or the user, and is the newer one (Lightning reads PL_GLOBAL_SEED only).
+_SEED_WRITTEN_ENV: Final = "FABRIC_CORE_SEED_WRITTEN"
 
 
 def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
@@ -76,7 +79,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         show_info_lines()
         # Prefixed with the rank only where a launcher announced one (one process: plain "Seed set to 42").
         _log.info(rank_prefixed_message(f"Seed set to {seed}", announced_rank()))
-    for var in (SEED_ENV, _LIGHTNING_SEED_ENV):
+    for var in (SEED_ENV, _LIGHTNING_SEED_ENV, _SEED_WRITTEN_ENV):
         os.environ[var] = str(seed)
     _seed_generators(seed)
     for var in (SEED_WORKERS_ENV, _LIGHTNING_SEED_WORKERS_ENV):
@@ -112,10 +115,17 @@ def reset_seed() -> None:
 def recorded_seed() -> int | None:
     """The seed in ``FABRIC_CORE_GLOBAL_SEED`` (else ``PL_GLOBAL_SEED``), or ``None`` if neither is set.
 
+    :func:`seed_everything` writes both; where one of them was set to another value since, that newer
+    value is the seed.
+
     Raises:
         InvalidConfigError: The variable does not hold an integer.
     """
-    for name in (SEED_ENV, _LIGHTNING_SEED_ENV):
+    names = (SEED_ENV, _LIGHTNING_SEED_ENV)
+    ours, theirs = (os.environ.get(name) for name in names)
+    if ours is not None and theirs is not None and ours != theirs and ours == os.environ.get(_SEED_WRITTEN_ENV):
+        names = (_LIGHTNING_SEED_ENV, SEED_ENV)
+    for name in names:
         value = os.environ.get(name)
         if value is None:
             continue

@@ -81,31 +81,6 @@ PARAMS: dict[str, tuple[str, str]] = {
     "lightning_fabric.accelerators.xla.XLAAccelerator.__init__(*args)": (GAP, "the XLA plugin's accelerator takes no arguments"),
     "lightning_fabric.cli.main(args)": (DELIBERATE, "our CLI is `fabric-core run/list-plugins/explain`, not Lightning's click app"),
     "lightning_fabric.cli.main(script_args)": (DELIBERATE, "our CLI is `fabric-core run/list-plugins/explain`, not Lightning's click app"),
-    "lightning_fabric.strategies.ddp.DDPStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.ddp.DDPStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.deepspeed.DeepSpeedStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.deepspeed.DeepSpeedStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.dp.DataParallelStrategy.all_reduce(collection)": (GAP, "the first parameter is named differently (a keyword call fails)"),
-    "lightning_fabric.strategies.dp.DataParallelStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.dp.DataParallelStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.fsdp.FSDPStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.fsdp.FSDPStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.model_parallel.ModelParallelStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.model_parallel.ModelParallelStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_device.SingleDeviceStrategy.all_reduce(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_device.SingleDeviceStrategy.all_reduce(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_device.SingleDeviceStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_device.SingleDeviceStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.all_reduce(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.all_reduce(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.xla.XLAStrategy.all_reduce(output)": (GAP, "the first parameter is named differently (a keyword call fails)"),
-    "lightning_fabric.strategies.xla.XLAStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.xla.XLAStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.xla_fsdp.XLAFSDPStrategy.all_reduce(output)": (GAP, "the first parameter is named differently (a keyword call fails)"),
-    "lightning_fabric.strategies.xla_fsdp.XLAFSDPStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric.strategies.xla_fsdp.XLAFSDPStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
 }
 
 # Parameters both have, with different defaults.
@@ -130,14 +105,7 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
 BEHAVIOUR: dict[str, tuple[str, str]] = {
     "2-ranks:custom_batch_sampler": (DELIBERATE, "a plain BatchSampler keeps its batch size on each rank; Lightning's launch(fn) path draws batches of one (its script path crashes in collate)"),
-    "bad-devices-string": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-devices-negative": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-devices-list-on-cpu": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "bad-plugin-type": (GAP, "issue 15 #5: InvalidConfigError must also be a TypeError where Lightning raises one"),
-    "mps-not-available": (GAP, "issue 15 #5: InvalidConfigError must also be a RuntimeError where Lightning raises one"),
-    "seed-from-env": (GAP, "FABRIC_CORE_GLOBAL_SEED, written by the previous seed_everything(42), wins over a newer PL_GLOBAL_SEED"),
     "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),
     "torchrun-auto-resolution": (DELIBERATE, "under torchrun, Fabric() with devices/strategy 'auto' joins the N-process job (Lightning trains N copies); tests/test_cluster_inference.py runs it for real"),
-    "load-planted-payload": (GAP, "issue 15 #5: the refusal (a CheckpointError; the payload never runs in either) must also be a pickle.UnpicklingError"),
 }
 # fmt: on

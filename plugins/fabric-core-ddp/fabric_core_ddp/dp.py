@@ -77,8 +77,9 @@ class DataParallelStrategy(ParallelStrategy):
             module = module.module
         module.load_state_dict(state_dict, strict=strict)
 
-    def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
-        return tensor
+    # Lightning's parameter name (`collection`), so that keyword calls work; one process: the identity.
+    def all_reduce(self, collection: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
+        return collection
 
     def all_gather(self, tensor: Tensor | Any, group: Any = None, sync_grads: bool = False) -> Tensor | Any:
         return tensor
@@ -86,7 +87,7 @@ class DataParallelStrategy(ParallelStrategy):
     def broadcast(self, obj: T, src: int = 0) -> T:
         return obj
 
-    def barrier(self, name: str | None = None) -> None:
+    def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         return None
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:

@@ -120,3 +120,12 @@ def test_process_group_backend_is_none_until_the_group_exists_as_in_lightning() 
     assert ours.process_group_backend is None
     assert theirs.process_group_backend is None
     assert DDPStrategy(process_group_backend="mpi").process_group_backend == "mpi"
+
+
+def test_lightnings_keyword_and_extra_arguments_of_the_collectives() -> None:
+    # Lightning names DataParallelStrategy.all_reduce's first parameter `collection`, and its barriers take
+    # and ignore extra arguments.
+    tensor = torch.ones(2)
+    assert DataParallelStrategy().all_reduce(collection=tensor) is tensor
+    assert DataParallelStrategy().barrier("checkpoint", 1, timeout=5) is None
+    assert DDPStrategy().barrier("checkpoint", 1, timeout=5) is None

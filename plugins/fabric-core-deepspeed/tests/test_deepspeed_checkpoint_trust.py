@@ -99,7 +99,7 @@ def test_no_rank_runs_a_payload_in_a_deepspeed_folder(seen: list[dict[str, Any]]
     for rank in seen:
         error = rank[case]
         assert error is not None, f"a rank loaded the folder with a payload in its {case} file"
-        assert error["type"] == "CheckpointError"
+        assert error["type"] == "UnsafeCheckpointError"
         assert error["path"] == str(out_dir / case / "checkpoint" / PLANTED[case])
         assert "posix.system" in error["message"] and "weights_only=False" in error["message"]
 
@@ -118,7 +118,7 @@ def test_a_deepspeed_folder_under_a_single_device_strategy_is_not_unpickled(
 
 def test_consolidate_refuses_a_payload(seen: list[dict[str, Any]], out_dir: Path) -> None:
     error = seen[0]["consolidate"]
-    assert error is not None and error["type"] == "CheckpointError" and "posix.system" in error["message"]
+    assert error is not None and error["type"] == "UnsafeCheckpointError" and "posix.system" in error["message"]
     assert not (out_dir / "out.pt").exists()
     assert executions(out_dir / "PWNED") == 0
     assert seen[0]["consolidate_clean"] == ["model", "step"]

@@ -40,7 +40,7 @@ def test_no_rank_runs_a_payload_and_each_names_the_file(
     for report in ranks:
         error = report[case]
         assert error is not None, f"rank loaded the {case} payload folder"
-        assert error["type"] == "CheckpointError" and error["reason"] == "unsafe"
+        assert error["type"] == "UnsafeCheckpointError" and error["reason"] == "unsafe"
         assert error["path"].startswith(str(outdir / case)) and error["path"].endswith(file)
         assert what in error["message"] and "weights_only=False" in error["message"]
 

@@ -187,8 +187,10 @@ class XLAStrategy(ParallelStrategy):
         gathered: Tensor = xf.all_gather(flat) if sync_grads else xm.all_gather(flat)
         return gathered.reshape(self.world_size, *shape).to(original)
 
-    def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
+    def all_reduce(self, output: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
         """Sum (or average) tensors across processes; numbers become tensors on the device.
+
+        ``output`` is Lightning's name for the data to reduce, so that keyword calls work.
 
         Raises:
             InvalidConfigError: A reduce op other than ``"sum"``, ``"mean"`` or ``"avg"``.
@@ -203,9 +205,9 @@ class XLAStrategy(ParallelStrategy):
                 value=reduce_op,
             )
         if not self._launched:
-            return tensor
+            return output
         _no_group(group, "all_reduce")
-        data = convert_to_tensors(tensor, self.root_device)
+        data = convert_to_tensors(output, self.root_device)
         return apply_to_collection(data, Tensor, self._all_reduce_one, op != "sum")
 
     def _all_reduce_one(self, tensor: Tensor, mean: bool) -> Tensor:
@@ -214,8 +216,8 @@ class XLAStrategy(ParallelStrategy):
         reduced: Tensor = xm.all_reduce(xm.REDUCE_SUM, tensor.to(self.root_device))
         return reduced / self.world_size if mean else reduced
 
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every process gets here."""
+    def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
+        """Wait until every process gets here (extra arguments are accepted and ignored, as in Lightning)."""
         if self._launched:
             import torch_xla.core.xla_model as xm
 
