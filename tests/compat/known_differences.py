@@ -19,24 +19,18 @@ MODULES: dict[str, tuple[str, str]] = {
 
 # Public module-level names and class members fabric_core lacks.
 NAMES: dict[str, tuple[str, str]] = {
-    "lightning_fabric.accelerators.TPUAccelerator": (GAP, "Lightning's deprecated alias of the XLA class"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
+    "lightning_fabric._graveyard.tpu.TPUAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.accelerator.Accelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.cpu.CPUAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.cuda.CUDAAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.cuda.find_usable_cuda_devices": (GAP, "issue 15 #2: a public name listed as missing"),
-    "lightning_fabric.accelerators.cuda.is_cuda_available": (GAP, "issue 15 #1: its module path does not import under fabric_core"),
-    "lightning_fabric.accelerators.cuda.num_cuda_devices": (GAP, "issue 15 #1: its module path does not import under fabric_core"),
     "lightning_fabric.accelerators.mps.MPSAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.registry.call_register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.xla.XLAAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.plugins.TransformerEnginePrecision": (GAP, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only)"),
-    "lightning_fabric.plugins.XLACheckpointIO": (GAP, "issue 15 #2: a public name listed as missing"),
     "lightning_fabric.plugins.collectives.torch_collective.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
-    "lightning_fabric.plugins.environments.XLAEnvironment": (GAP, "issue 15 #2: a public name listed as missing"),
-    "lightning_fabric.plugins.io.XLACheckpointIO": (GAP, "issue 15 #2: a public name listed as missing"),
     "lightning_fabric.plugins.precision.TransformerEnginePrecision": (GAP, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only)"),
     "lightning_fabric.plugins.precision.transformer_engine.TransformerEnginePrecision": (GAP, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only)"),
-    "lightning_fabric.strategies.SingleTPUStrategy": (GAP, "Lightning's deprecated alias of the XLA class"),
     "lightning_fabric.strategies.ddp.DDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.strategies.ddp.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.strategies.deepspeed.DeepSpeedStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
@@ -56,6 +50,14 @@ NAMES: dict[str, tuple[str, str]] = {
 
 # Parameters of public functions and methods fabric_core lacks.
 PARAMS: dict[str, tuple[str, str]] = {
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.__init__(*args)": (DELIBERATE, "ours names SingleDeviceXLAStrategy's parameters; Lightning forwards *args/**kwargs to them"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.__init__(**kwargs)": (DELIBERATE, "ours names SingleDeviceXLAStrategy's parameters; Lightning forwards *args/**kwargs to them"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.all_reduce(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.all_reduce(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
+    "lightning_fabric._graveyard.tpu.TPUAccelerator.__init__(*args)": (GAP, "the XLA plugin's accelerator takes no arguments"),
+    "lightning_fabric._graveyard.tpu.TPUAccelerator.__init__(**kwargs)": (GAP, "the XLA plugin's accelerator takes no arguments"),
     "lightning_fabric.plugins.io.xla.XLACheckpointIO.__init__(*args)": (DELIBERATE, "ours takes its one option by keyword (zip_crc32); Lightning forwards *args/**kwargs to a base that takes none"),
     "lightning_fabric.plugins.io.xla.XLACheckpointIO.__init__(**kwargs)": (DELIBERATE, "ours takes its one option by keyword (zip_crc32); Lightning forwards *args/**kwargs to a base that takes none"),
     "lightning_fabric.accelerators.xla.XLAAccelerator.__init__(**kwargs)": (GAP, "the XLA plugin's accelerator takes no arguments"),

@@ -76,3 +76,27 @@ def test_xla_fsdp_module_sharded_context_changes_nothing() -> None:
     with strategy.module_sharded_context():
         created = torch.nn.Linear(2, 2)
     assert created.weight.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("package", "name", "base"),
+    [
+        ("accelerators", "TPUAccelerator", "XLAAccelerator"),
+        ("strategies", "SingleTPUStrategy", "SingleDeviceXLAStrategy"),
+    ],
+)
+def test_tpu_aliases_are_deprecated_xla_classes_as_in_lightning(package: str, name: str, base: str) -> None:
+    import importlib
+
+    kwargs = {"device": 0} if package == "strategies" else {}  # Lightning's strategy needs its device
+
+    ours = getattr(importlib.import_module(f"fabric_core.{package}"), name)
+    assert issubclass(ours, getattr(importlib.import_module(f"fabric_core.{package}"), base))
+    lightning = pytest.importorskip(f"lightning_fabric.{package}")
+    theirs = getattr(lightning, name)
+    for cls in (ours, theirs):
+        with pytest.warns(
+            DeprecationWarning, match=f"`{name}` class is deprecated|'single_tpu' strategy is deprecated"
+        ):
+            with pytest.raises(ModuleNotFoundError):
+                cls(**kwargs)
