@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Catalog
 
 __all__ = ["class_getattr", "submodule"]
 
@@ -31,6 +34,29 @@ def submodule(package: str, name: str) -> Any:
             raise  # the submodule exists but something it imports does not
         detail = "" if str(exc) == f"No module named {full!r}" else f" ({exc})"  # e.g. how to install it
         raise AttributeError(f"module {package!r} has no attribute {name!r}{detail}") from exc
+
+
+_MISSING: Any = object()
+
+
+def _declared_export(package: str, name: str, catalog: Catalog) -> Any:
+    """``name`` from the ``__all__`` of a plugin module declared at a path under ``package``, else ``_MISSING``.
+
+    Lightning's packages re-export their submodules' classes (``plugins.environments.XLAEnvironment`` from
+    ``plugins.environments.xla``); the plugin modules declared at those paths give the same names here. Only
+    a name that nothing else provides gets this far, so importing the declared modules costs nothing on the
+    usual path.
+    """
+    prefix = f"{package.removeprefix('fabric_core.')}."
+    for path in sorted(p for p in catalog.modules if p.startswith(prefix)):
+        for declaration in catalog.modules[path]:
+            try:
+                module = importlib.import_module(declaration.module)
+            except ImportError:
+                continue  # a broken plugin module; its own path reports why when imported
+            if name in getattr(module, "__all__", ()):
+                return getattr(module, name)
+    return _MISSING
 
 
 def class_getattr(
@@ -62,6 +88,17 @@ def class_getattr(
         if len(targets) > 1:
             raise AttributeError(
                 f"{package}.{name} is ambiguous: {', '.join(sorted(targets))}. Import it from its plugin instead."
+            )
+        found = _declared_export(package, name, catalog)
+        if found is not _MISSING:
+            return found
+        from fabric_core.errors import FIRST_PARTY_HINTS
+
+        dist = FIRST_PARTY_HINTS.get(("class", name.lower()))
+        if dist is not None:  # a first-party plugin's class: say how to get it (or why it did not load)
+            how = catalog.unavailable.get(dist) or f"Install it: `pip install {dist}`."
+            raise AttributeError(
+                f"module {package!r} has no attribute {name!r}: it comes from the plugin {dist}. {how}"
             )
         known = sorted({*local, *(e.class_name for e in catalog.entries() if e.kind in kinds)})
         raise AttributeError(

@@ -11,13 +11,25 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from fabric_core.strategies.registry import STRATEGY_REGISTRY
+
+__all__ = ["STRATEGY_REGISTRY", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lightning's CLI module imports the strategy registry; the same read view of the catalog, on first access.
+    if name == "STRATEGY_REGISTRY":
+        from fabric_core.strategies.registry import STRATEGY_REGISTRY
+
+        return STRATEGY_REGISTRY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:

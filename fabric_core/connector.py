@@ -2,10 +2,29 @@
 
 Lightning resolves ``Fabric(...)`` arguments in its private ``_Connector``; fabric-core does it in
 :mod:`fabric_core._selection`, through the plugins' selection hooks (``fabric-core explain`` shows the
-result). The module exists so that code importing the path keeps importing; it has no public names, as in
-Lightning.
+result). The module exists so that code importing the path keeps importing; its public names are the two
+registries Lightning's module imports (read views over the plugin catalog, loaded on first access).
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabric_core.accelerators.registry import ACCELERATOR_REGISTRY
+    from fabric_core.strategies.registry import STRATEGY_REGISTRY
+
+__all__ = ["ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"]
+
+_WHERE = {
+    "ACCELERATOR_REGISTRY": "fabric_core.accelerators.registry",
+    "STRATEGY_REGISTRY": "fabric_core.strategies.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

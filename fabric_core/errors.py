@@ -80,6 +80,11 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
     ("logger", "tensorboard"): "fabric-core-tensorboard",
     # Helper functions Lightning exports next to the classes, which live in a plugin here.
     ("function", "find_usable_cuda_devices"): "fabric-core-cuda",
+    # Classes Lightning's packages re-export from modules that a plugin provides here.
+    **{
+        ("class", n): "fabric-core-xla"
+        for n in ("xlaenvironment", "xlacheckpointio", "tpuaccelerator", "singletpustrategy")
+    },
 }
 
 

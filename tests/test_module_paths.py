@@ -220,3 +220,34 @@ def test_a_failing_declared_module_names_the_plugin(tmp_path: Path, monkeypatch:
     assert spec is not None
     with pytest.raises(ImportError, match=r"plugin 'acme' as 'broken_on_import', which failed.*needs a GPU driver"):
         util.module_from_spec(spec)
+
+
+def test_xla_classes_at_lightnings_package_paths_are_lazy_and_hint_without_the_plugin() -> None:
+    code = """
+        import sys
+        import fabric_core.plugins, fabric_core.plugins.environments, fabric_core.plugins.io
+        import fabric_core.accelerators, fabric_core.strategies
+        from fabric_core_xla.environment import XLAEnvironment
+        from fabric_core_xla.checkpoint_io import XLACheckpointIO
+        assert fabric_core.plugins.environments.XLAEnvironment is XLAEnvironment
+        assert fabric_core.plugins.XLACheckpointIO is fabric_core.plugins.io.XLACheckpointIO is XLACheckpointIO
+        print("torch_xla" in sys.modules)
+    """
+    done = run_python(code)
+    assert done.stdout.strip() == "False", done.stderr
+    code = """
+        import fabric_core.plugins.environments, fabric_core.accelerators, fabric_core.strategies
+        wanted = ((fabric_core.plugins.environments, "XLAEnvironment"), (fabric_core.accelerators, "TPUAccelerator"),
+                  (fabric_core.strategies, "SingleTPUStrategy"))
+        for package, name in wanted:
+            try:
+                getattr(package, name)
+            except AttributeError as exc:
+                print(exc)
+    """
+    done = run_python(code, {"FABRIC_CORE_BLOCK_PLUGINS": "xla"})
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3, done.stderr
+    for line, name in zip(lines, ("XLAEnvironment", "TPUAccelerator", "SingleTPUStrategy")):
+        assert f"has no attribute {name!r}: it comes from the plugin fabric-core-xla" in line
+        assert "blocked by FABRIC_CORE_BLOCK_PLUGINS" in line

@@ -7,7 +7,7 @@ import os
 from fabric_core.environments._env import find_free_network_port, read_int
 from fabric_core.environments.environment import ClusterEnvironment
 
-__all__ = ["LightningEnvironment"]
+__all__ = ["LightningEnvironment", "find_free_network_port"]
 
 
 class LightningEnvironment(ClusterEnvironment):

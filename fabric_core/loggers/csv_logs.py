@@ -7,7 +7,7 @@ import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import atomic_write
@@ -56,6 +56,9 @@ class CSVLogger(Logger):
     Raises:
         InvalidConfigError: ``flush_logs_every_n_steps`` is not a positive integer.
     """
+
+    #: Joins ``prefix`` and a metric name (Lightning's name; a subclass may change it).
+    LOGGER_JOIN_CHAR: ClassVar[str] = PREFIX_SEPARATOR
 
     def __init__(
         self,
@@ -177,7 +180,7 @@ class CSVLogger(Logger):
         self.save()
 
     def _prefixed(self, key: str) -> str:
-        return f"{self._prefix}{PREFIX_SEPARATOR}{key}" if self._prefix else key
+        return f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}" if self._prefix else key
 
     def _start(self) -> None:
         # Deferred to the first write so that ranks other than 0, and runs that log nothing, touch no files.

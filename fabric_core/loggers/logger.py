@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Logger"]
+__all__ = ["Logger", "rank_zero_experiment"]
 
 
 class Logger(ABC):
@@ -57,3 +58,38 @@ class Logger(ABC):
     def finalize(self, status: str) -> None:
         """Flush and close at the end of the run (``status`` is e.g. ``"success"``)."""
         self.save()
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Decorate a logger's ``experiment`` so that ranks other than 0 get a stand-in that does nothing.
+
+    Lightning's decorator of the same name: on rank 0 the wrapped function's result; elsewhere an object whose
+    every method call, item access and item assignment is a no-op, so ``logger.experiment.add_image(...)``
+    needs no rank check. The rank is read at each call (``rank_zero_only.rank``).
+    """
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> Any:
+        from fabric_core.utilities.rank_zero import rank_zero_only
+
+        if rank_zero_only.rank > 0:
+            return _DummyExperiment()
+        return fn(self)
+
+    return experiment
+
+
+class _DummyExperiment:
+    """The experiment of ranks other than 0: every call, item access and assignment does nothing."""
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        """Do nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return self.nop
+
+    def __getitem__(self, index: Any) -> _DummyExperiment:
+        return self  # ``logger.experiment[0].add_image(...)``
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "CONVERSION_DTYPES",
     "apply_to_collection",
     "convert_tensors_to_scalars",
     "convert_to_tensors",
@@ -123,6 +125,15 @@ class _TransferableDataType(metaclass=_TransferableDataTypeMeta):
 
 
 _INT32_RANGE = range(-(2**31), 2**31)
+
+#: Lightning's table of the tensor each Python number becomes in a collective: ``(type, converter)``, the
+#: converter called as ``converter(value, device=...)``. :func:`convert_to_tensors` applies these dtypes (and
+#: refuses an ``int`` outside ``int32``); a tuple, as the table is a record of that rule, not a hook.
+CONVERSION_DTYPES: Final[tuple[tuple[type, Callable[..., Tensor]], ...]] = (
+    (bool, functools.partial(torch.tensor, dtype=torch.uint8)),
+    (int, functools.partial(torch.tensor, dtype=torch.int)),
+    (float, functools.partial(torch.tensor, dtype=torch.float)),
+)
 
 
 def convert_to_tensors(data: Any, device: torch.device | str) -> Any:

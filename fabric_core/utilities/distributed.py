@@ -7,9 +7,22 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-__all__ = ["is_shared_filesystem"]
+if TYPE_CHECKING:
+    from fabric_core.utilities.data import DistributedSamplerWrapper
+
+__all__ = ["DistributedSamplerWrapper", "is_shared_filesystem"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lightning's path of the sampler wrapper; it lives with the other data helpers (loaded on use: torch).
+    if name == "DistributedSamplerWrapper":
+        from fabric_core.utilities.data import DistributedSamplerWrapper
+
+        return DistributedSamplerWrapper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _T = TypeVar("_T")
 _PROBE_PREFIX = ".fabric_core_shared_fs."

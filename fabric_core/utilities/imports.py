@@ -12,7 +12,9 @@ from importlib.util import find_spec
 
 import torch
 
-__all__: list[str] = []
+from fabric_core.utilities._requirements import RequirementCache, compare_version
+
+__all__ = ["RequirementCache", "compare_version"]
 
 _IS_WINDOWS = platform.system() == "Windows"
 # Interactive: a REPL or `python -i`; fork-based launching is what such sessions need.

@@ -17,7 +17,9 @@ from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 
 __all__ = [
     "RANK_ENV_VARS",
+    "LightningDeprecationWarning",
     "RankZeroOnly",
+    "WarningCache",
     "rank_prefixed_message",
     "rank_zero_debug",
     "rank_zero_deprecation",
@@ -196,11 +198,18 @@ def rank_zero_warn(
     warnings.warn(message, category, stacklevel=stacklevel + _OWN_FRAMES, **kwargs)
 
 
+class LightningDeprecationWarning(DeprecationWarning):
+    """The category of :func:`rank_zero_deprecation` warnings (Lightning's class of the same name).
+
+    A :class:`DeprecationWarning`, so filters written for either catch it.
+    """
+
+
 @rank_zero_only
 def rank_zero_deprecation(
     message: str | Warning,
     stacklevel: int = 2,
-    category: type[Warning] = DeprecationWarning,
+    category: type[Warning] = LightningDeprecationWarning,
     **kwargs: Any,
 ) -> None:
     """Issue a :class:`DeprecationWarning` on rank 0 only.
@@ -213,6 +222,32 @@ def rank_zero_deprecation(
         kwargs: Passed to :func:`warnings.warn`.
     """
     warnings.warn(message, category, stacklevel=stacklevel + _OWN_FRAMES, **kwargs)
+
+
+class WarningCache(set[str]):
+    """Warn, deprecate or log each distinct message once, on rank 0 (Lightning's class of the same name).
+
+    The set holds the messages already issued. ``stacklevel`` counts as in :func:`rank_zero_warn`: 1 (the
+    default) attributes the record to the line calling the method.
+    """
+
+    def warn(self, message: str, stacklevel: int = 1, **kwargs: Any) -> None:
+        """:func:`rank_zero_warn` ``message`` unless it was issued before."""
+        if message not in self:
+            self.add(message)
+            rank_zero_warn(message, stacklevel=stacklevel + 1, **kwargs)
+
+    def deprecation(self, message: str, stacklevel: int = 1, **kwargs: Any) -> None:
+        """:func:`rank_zero_deprecation` ``message`` unless it was issued before."""
+        if message not in self:
+            self.add(message)
+            rank_zero_deprecation(message, stacklevel=stacklevel + 1, **kwargs)
+
+    def info(self, message: str, stacklevel: int = 1, **kwargs: Any) -> None:
+        """:func:`rank_zero_info` ``message`` unless it was issued before."""
+        if message not in self:
+            self.add(message)
+            rank_zero_info(message, stacklevel=stacklevel + 1, **kwargs)
 
 
 def rank_prefixed_message(message: str, rank: int | None) -> str:

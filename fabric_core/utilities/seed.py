@@ -25,6 +25,8 @@ from fabric_core.utilities.rank_zero import (
 __all__ = [
     "MAX_SEED_VALUE",
     "MIN_SEED_VALUE",
+    "max_seed_value",
+    "min_seed_value",
     "pl_worker_init_function",
     "recorded_seed",
     "reset_seed",
@@ -39,6 +41,9 @@ _log = logging.getLogger(__name__)
 MIN_SEED_VALUE: Final = 0
 # numpy's legacy global generator takes 32-bit seeds; every generator gets the same one.
 MAX_SEED_VALUE: Final = 2**32 - 1
+# Lightning's names of the same bounds.
+min_seed_value: Final = MIN_SEED_VALUE
+max_seed_value: Final = MAX_SEED_VALUE
 
 SEED_ENV: Final = "FABRIC_CORE_GLOBAL_SEED"
 SEED_WORKERS_ENV: Final = "FABRIC_CORE_SEED_WORKERS"

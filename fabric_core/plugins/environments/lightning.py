@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fabric_core.environments.lightning import LightningEnvironment
+from fabric_core.environments.lightning import LightningEnvironment, find_free_network_port
 
-__all__ = ["LightningEnvironment"]
+__all__ = ["LightningEnvironment", "find_free_network_port"]

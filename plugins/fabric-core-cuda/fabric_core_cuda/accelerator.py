@@ -12,8 +12,13 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.device_parser import parse_device_ids
 from fabric_core.utilities.rank_zero import rank_zero_info
 from fabric_core_cuda import device
+from fabric_core_cuda.device import find_usable_cuda_devices, is_available, num_cuda_devices
 
-__all__ = ["CUDAAccelerator"]
+# This module backs Lightning's ``accelerators.cuda`` path, which has these helpers next to the class.
+__all__ = ["CUDAAccelerator", "find_usable_cuda_devices", "is_cuda_available", "num_cuda_devices"]
+
+#: Lightning's name: whether a CUDA device is visible (without creating a CUDA context here).
+is_cuda_available = is_available
 
 # Devices whose TF32 hint has been given in this process: once is enough.
 _HINTED: set[int] = set()

@@ -114,3 +114,14 @@ def test_the_first_usable_devices_are_returned(monkeypatch: pytest.MonkeyPatch) 
     assert device.find_usable_cuda_devices(-1) == [0, 2, 3]
     with pytest.raises(RuntimeError, match="only 3 of the 4"):
         device.find_usable_cuda_devices(4)
+
+
+def test_lightnings_cuda_helpers_at_the_accelerators_cuda_path() -> None:
+    import fabric_core.accelerators.cuda as ours
+    from fabric_core_cuda import device
+
+    theirs = pytest.importorskip("lightning_fabric.accelerators.cuda")
+    assert ours.find_usable_cuda_devices is device.find_usable_cuda_devices
+    assert ours.num_cuda_devices() == theirs.num_cuda_devices() == torch.cuda.device_count()
+    assert ours.is_cuda_available() is theirs.is_cuda_available() is torch.cuda.is_available()
+    assert ours.find_usable_cuda_devices(0) == theirs.find_usable_cuda_devices(0) == []

@@ -241,6 +241,14 @@ class DeepSpeedStrategy(ParallelStrategy):
         return self.zero_stage == 3
 
     @property
+    def model(self) -> Any:
+        """The DeepSpeed engine of the most recent :meth:`setup_module_and_optimizers`/:meth:`setup_module`.
+
+        ``None`` before any model is set up (Lightning's property of the same name).
+        """
+        return self._engines[-1] if self._engines else None
+
+    @property
     def precision(self) -> DeepSpeedPrecision:
         """The precision plugin: ``DeepSpeedPrecision("32-true")`` unless another was connected."""
         if self._precision is None:
@@ -391,14 +399,25 @@ class DeepSpeedStrategy(ParallelStrategy):
                 "enabled: parameters are created partitioned. Use `fabric.init_module()` or "
                 "`fabric.init_module(empty_init=True)` and load the weights after `fabric.setup(...)`."
             )
-        import deepspeed
-
         stack = contextlib.ExitStack()
         stack.enter_context(self.precision.module_init_context())
-        stack.enter_context(
-            deepspeed.zero.Init(enabled=True, remote_device=self.remote_device, config_dict_or_path=self.config)
-        )
+        stack.enter_context(self.module_sharded_context())
         return stack
+
+    def module_sharded_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Modules created inside have their parameters partitioned as they are created (ZeRO stage 3 only).
+
+        As in Lightning: ``deepspeed.zero.Init`` with this strategy's config, as it is at the time of the call
+        (later changes to :attr:`config` do not reach it); below stage 3 a context that changes nothing.
+        """
+        if not self.zero_stage_3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        init: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(
+            enabled=True, remote_device=self.remote_device, config_dict_or_path=self.config
+        )
+        return init
 
     def gathered_parameters(
         self, params: Iterable[Tensor], modifier_rank: int | None = None

@@ -77,6 +77,20 @@ def test_below_stage_3_init_module_is_the_ordinary_one() -> None:
     assert torch.equal(created.weight, expected)
 
 
+def test_below_stage_3_module_sharded_context_changes_nothing() -> None:
+    torch.manual_seed(0)
+    expected = nn.Linear(3, 3).weight.detach().clone()
+    torch.manual_seed(0)
+    with strategy(stage=2).module_sharded_context():
+        created = nn.Linear(3, 3)
+    assert torch.equal(created.weight, expected)
+    assert not hasattr(created.weight, "ds_id")
+
+
+def test_model_is_none_before_setup() -> None:
+    assert strategy().model is None
+
+
 def test_below_stage_3_parameters_are_always_whole() -> None:
     assert isinstance(strategy(stage=2).gathered_parameters([]), contextlib.nullcontext)
 

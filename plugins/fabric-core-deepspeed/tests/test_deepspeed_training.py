@@ -63,6 +63,7 @@ def train(fabric: Any, precision_dtype: torch.dtype = torch.float32) -> dict[str
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model, optimizer = fabric.setup(model, optimizer)
     seen: dict[str, Any] = {
+        "model_is_the_engine": fabric.strategy.model is model._forward_module,
         "engine": type(model._forward_module).__name__,
         "optimizer": type(optimizer.optimizer).__name__,
     }
@@ -147,6 +148,9 @@ def worker(fabric: Any, out_dir: str) -> None:
         created = nn.Linear(16, 16)
     seen["init_module_partitioned"] = [hasattr(p, "ds_id") and p.numel() == 0 for p in created.parameters()]
     seen["init_module_full_numel"] = [int(p.ds_numel) for p in created.parameters()]
+    with stage_3.strategy.module_sharded_context():
+        sharded = nn.Linear(16, 16)
+    seen["module_sharded_context_partitioned"] = [hasattr(p, "ds_id") and p.numel() == 0 for p in sharded.parameters()]
     created = stage_3.setup(created)
     seen["init_module_forward"] = list(created(torch.ones(3, 16)).shape)
     Path(out_dir, f"rank{fabric.global_rank}.json").write_text(json.dumps(seen))
@@ -171,6 +175,7 @@ def test_zero_stage_matches_one_process_on_the_full_batch(seen: list[dict[str, A
     for rank in range(WORLD_SIZE):
         record = seen[rank][f"stage_{stage}"]
         assert record["engine"] == "DeepSpeedEngine"
+        assert record["model_is_the_engine"] is True  # strategy.model is the engine of the last setup
         assert record["max_diff"] < 1e-5, record
         assert record["output_dtype"] == "torch.float32"
         assert record["gathered_numel"] == 4 * 8 + 8 + 8 * 2 + 2
@@ -236,6 +241,7 @@ def test_stage_3_init_module_creates_partitioned_parameters(seen: list[dict[str,
         assert seen[rank]["init_module_partitioned"] == [True, True]
         assert seen[rank]["init_module_full_numel"] == [256, 16]
         assert seen[rank]["init_module_forward"] == [3, 16]
+        assert seen[rank]["module_sharded_context_partitioned"] == [True, True]
         assert seen[rank]["init_module_empty_init_false"].startswith("NotImplementedError: `empty_init=False`")
 
 

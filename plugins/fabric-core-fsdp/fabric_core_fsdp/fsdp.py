@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -271,6 +272,16 @@ class FSDPStrategy(ShardedStrategy):
             return self._mp_policy
         precision = self.precision
         return precision.mixed_precision_policy if isinstance(precision, FSDPPrecision) else None
+
+    def module_sharded_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context modules are created in to be sharded later: with FSDP2 one that changes nothing.
+
+        Lightning's (FSDP1) context enables ``wrap()`` with the strategy's wrapper class and options; FSDP2 has no
+        wrapper class, :meth:`setup_module` applies ``fully_shard`` to the finished model, so a model created
+        inside is an ordinary one, as in Lightning without ``wrap()`` calls. To create it without memory, use
+        ``fabric.init_module(empty_init=True)``.
+        """
+        return contextlib.nullcontext()
 
     def configure_launcher(self) -> None:
         """Refuse CPU offload on the CPU accelerator, then pick the launcher as DDP does."""

@@ -169,3 +169,14 @@ def test_process_group_backend_is_none_until_the_group_exists_as_in_lightning() 
     assert FSDPStrategy().process_group_backend is None
     assert lightning_fsdp.FSDPStrategy().process_group_backend is None
     assert FSDPStrategy(process_group_backend="gloo").process_group_backend == "gloo"
+
+
+def test_module_sharded_context_creates_an_ordinary_model_that_setup_shards() -> None:
+    # Lightning's FSDP1 context only enables `wrap()`; FSDP2 shards in setup, so creation is unchanged.
+    torch.manual_seed(0)
+    expected = nn.Linear(3, 3).weight.detach().clone()
+    torch.manual_seed(0)
+    with connected().module_sharded_context():
+        created = nn.Linear(3, 3)
+    assert created.weight.device == torch.device("cpu")
+    assert torch.equal(created.weight, expected)

@@ -85,7 +85,9 @@ class TensorBoardLogger(Logger):
         ModuleNotFoundError: Neither tensorboard nor tensorboardX is installed.
     """
 
-    PREFIX_SEPARATOR = "-"
+    #: Joins ``prefix`` and a metric name (Lightning's name; a subclass may change it).
+    LOGGER_JOIN_CHAR = "-"
+    PREFIX_SEPARATOR = LOGGER_JOIN_CHAR  # the earlier name, kept for code that reads it
 
     def __init__(
         self,
@@ -165,7 +167,7 @@ class TensorBoardLogger(Logger):
         """
         scalars: dict[str, float | dict[str, float]] = {}
         for key, value in metrics.items():
-            name = f"{self._prefix}{self.PREFIX_SEPARATOR}{key}" if self._prefix else key
+            name = f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}" if self._prefix else key
             if isinstance(value, Mapping):
                 scalars[name] = {str(k): _to_scalar(f"{key}/{k}", v) for k, v in value.items()}
             else:
@@ -204,7 +206,7 @@ class TensorBoardLogger(Logger):
             metrics = {"hp_metric": metrics}
         if metrics:
             self.log_metrics(metrics, step)
-        metric_names = {f"{self._prefix}{self.PREFIX_SEPARATOR}{k}" if self._prefix else k: 0.0 for k in metrics}
+        metric_names = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}" if self._prefix else k: 0.0 for k in metrics}
         writer = self.experiment._get_file_writer()
         for summary in self._hparams_summary(hparams, metric_names):
             writer.add_summary(summary, step)

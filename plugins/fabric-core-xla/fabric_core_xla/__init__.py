@@ -10,17 +10,19 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from fabric_core_xla.accelerator import XLAAccelerator
+    from fabric_core_xla.accelerator import TPUAccelerator, XLAAccelerator
     from fabric_core_xla.checkpoint_io import XLACheckpointIO
     from fabric_core_xla.environment import XLAEnvironment
     from fabric_core_xla.fsdp import XLAFSDPStrategy
     from fabric_core_xla.launcher import XLALauncher
     from fabric_core_xla.precision import XLAPrecision
-    from fabric_core_xla.single_device import SingleDeviceXLAStrategy
+    from fabric_core_xla.single_device import SingleDeviceXLAStrategy, SingleTPUStrategy
     from fabric_core_xla.strategy import XLAStrategy
 
 __all__ = [
     "SingleDeviceXLAStrategy",
+    "SingleTPUStrategy",
+    "TPUAccelerator",
     "XLAAccelerator",
     "XLACheckpointIO",
     "XLAEnvironment",
@@ -33,6 +35,8 @@ __version__ = "0.1.0"
 
 _WHERE: Final = {
     "SingleDeviceXLAStrategy": "fabric_core_xla.single_device",
+    "SingleTPUStrategy": "fabric_core_xla.single_device",
+    "TPUAccelerator": "fabric_core_xla.accelerator",
     "XLAAccelerator": "fabric_core_xla.accelerator",
     "XLACheckpointIO": "fabric_core_xla.checkpoint_io",
     "XLAEnvironment": "fabric_core_xla.environment",

@@ -8,9 +8,10 @@ import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.errors import InvalidConfigError
+from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device
 
-__all__ = ["XLAAccelerator"]
+__all__ = ["TPUAccelerator", "XLAAccelerator"]
 
 
 class XLAAccelerator(Accelerator):
@@ -81,3 +82,13 @@ class XLAAccelerator(Accelerator):
     def is_available() -> bool:
         """Whether torch_xla is installed and this host has an XLA device (the runtime is not started)."""
         return device.is_available()
+
+
+class TPUAccelerator(XLAAccelerator):
+    """Deprecated (as in Lightning): use :class:`XLAAccelerator`, which this is in every other respect."""
+
+    def __init__(self) -> None:
+        rank_zero_deprecation(
+            "The `TPUAccelerator` class is deprecated. Use `fabric_core.accelerators.XLAAccelerator` instead."
+        )
+        super().__init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -148,6 +149,10 @@ class XLAFSDPStrategy(XLAStrategy):
 
     def module_to_device(self, module: Module) -> None:
         """Nothing to do: the wrapper moves each shard to the device."""
+
+    def module_sharded_context(self) -> contextlib.AbstractContextManager[Any]:
+        """A context that changes nothing, as Lightning's: :meth:`setup_module` wraps and shards the finished model."""
+        return contextlib.nullcontext()
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
         """Check that the optimizer was created from the sharded parameters.

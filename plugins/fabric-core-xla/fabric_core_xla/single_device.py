@@ -9,6 +9,7 @@ import torch
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
+from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device as xla_device
 from fabric_core_xla.checkpoint_io import XLACheckpointIO
 from fabric_core_xla.precision import XLAPrecision
@@ -16,7 +17,7 @@ from fabric_core_xla.precision import XLAPrecision
 if TYPE_CHECKING:
     from fabric_core.accelerators.accelerator import Accelerator
 
-__all__ = ["SingleDeviceXLAStrategy"]
+__all__ = ["SingleDeviceXLAStrategy", "SingleTPUStrategy"]
 
 
 class SingleDeviceXLAStrategy(SingleDeviceStrategy):
@@ -56,3 +57,20 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
     def default_precision(self) -> Precision:
         """The XLA precision plugin in full precision."""
         return XLAPrecision("32-true")
+
+
+class SingleTPUStrategy(SingleDeviceXLAStrategy):
+    """Deprecated (as in Lightning): use :class:`SingleDeviceXLAStrategy` (``strategy="single_xla"``)."""
+
+    def __init__(
+        self,
+        device: torch.device | str | int | None = None,
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision: Precision | None = None,
+    ) -> None:
+        rank_zero_deprecation(
+            "The `SingleTPUStrategy` class is deprecated. Use `fabric_core.strategies.SingleDeviceXLAStrategy` "
+            "(strategy 'single_xla') instead."
+        )
+        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from fabric_core_xla import device
 
@@ -65,3 +66,37 @@ def test_the_launcher_and_the_environment_need_it_too() -> None:
         environment.global_rank()
     with pytest.raises(NotImplementedError, match="own rendezvous"):
         _ = environment.main_address
+
+
+def test_xla_fsdp_module_sharded_context_changes_nothing() -> None:
+    from fabric_core_xla.fsdp import XLAFSDPStrategy
+
+    # Building the strategy needs torch_xla; the context uses none of its state (Lightning's is a nullcontext).
+    strategy = XLAFSDPStrategy.__new__(XLAFSDPStrategy)
+    with strategy.module_sharded_context():
+        created = torch.nn.Linear(2, 2)
+    assert created.weight.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("package", "name", "base"),
+    [
+        ("accelerators", "TPUAccelerator", "XLAAccelerator"),
+        ("strategies", "SingleTPUStrategy", "SingleDeviceXLAStrategy"),
+    ],
+)
+def test_tpu_aliases_are_deprecated_xla_classes_as_in_lightning(package: str, name: str, base: str) -> None:
+    import importlib
+
+    kwargs = {"device": 0} if package == "strategies" else {}  # Lightning's strategy needs its device
+
+    ours = getattr(importlib.import_module(f"fabric_core.{package}"), name)
+    assert issubclass(ours, getattr(importlib.import_module(f"fabric_core.{package}"), base))
+    lightning = pytest.importorskip(f"lightning_fabric.{package}")
+    theirs = getattr(lightning, name)
+    for cls in (ours, theirs):
+        with pytest.warns(
+            DeprecationWarning, match=f"`{name}` class is deprecated|'single_tpu' strategy is deprecated"
+        ):
+            with pytest.raises(ModuleNotFoundError):
+                cls(**kwargs)
