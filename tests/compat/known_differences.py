@@ -52,10 +52,6 @@ NAMES: dict[str, tuple[str, str]] = {
 PARAMS: dict[str, tuple[str, str]] = {
     "lightning_fabric._graveyard.tpu.SingleTPUStrategy.__init__(*args)": (DELIBERATE, "ours names SingleDeviceXLAStrategy's parameters; Lightning forwards *args/**kwargs to them"),
     "lightning_fabric._graveyard.tpu.SingleTPUStrategy.__init__(**kwargs)": (DELIBERATE, "ours names SingleDeviceXLAStrategy's parameters; Lightning forwards *args/**kwargs to them"),
-    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.all_reduce(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.all_reduce(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.barrier(*args)": (GAP, "Lightning's signature takes and ignores extra arguments"),
-    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.barrier(**kwargs)": (GAP, "Lightning's signature takes and ignores extra arguments"),
     "lightning_fabric._graveyard.tpu.TPUAccelerator.__init__(*args)": (GAP, "the XLA plugin's accelerator takes no arguments"),
     "lightning_fabric._graveyard.tpu.TPUAccelerator.__init__(**kwargs)": (GAP, "the XLA plugin's accelerator takes no arguments"),
     "lightning_fabric.plugins.io.xla.XLACheckpointIO.__init__(*args)": (DELIBERATE, "ours takes its one option by keyword (zip_crc32); Lightning forwards *args/**kwargs to a base that takes none"),
