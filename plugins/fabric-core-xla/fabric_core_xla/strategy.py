@@ -187,15 +187,16 @@ class XLAStrategy(ParallelStrategy):
         gathered: Tensor = xf.all_gather(flat) if sync_grads else xm.all_gather(flat)
         return gathered.reshape(self.world_size, *shape).to(original)
 
-    def all_reduce(self, output: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
+    def all_reduce(self, output: Tensor | Any, group: Any = None, reduce_op: Any = None) -> Tensor | Any:
         """Sum (or average) tensors across processes; numbers become tensors on the device.
 
-        ``output`` is Lightning's name for the data to reduce, so that keyword calls work.
+        ``output`` is Lightning's name for the data to reduce, so that keyword calls work. ``reduce_op=None``
+        sums, as in Lightning (``fabric.all_reduce`` passes its own default, ``"mean"``).
 
         Raises:
             InvalidConfigError: A reduce op other than ``"sum"``, ``"mean"`` or ``"avg"``.
         """
-        op = getattr(reduce_op, "name", reduce_op)
+        op = "sum" if reduce_op is None else getattr(reduce_op, "name", reduce_op)
         op = op.lower() if isinstance(op, str) else op
         if op not in _REDUCE_OPS:
             raise InvalidConfigError(
