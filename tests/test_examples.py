@@ -108,3 +108,19 @@ def test_checkpoint_resume_on_two_ddp_processes_matches_an_uninterrupted_run(tmp
     assert "resumed from" in stdout and "at step 4" in stdout
     assert "finished 12 steps, strategy DDPStrategy, world size 2" in stdout
     assert "OK: the resumed run ends with the same parameters as an uninterrupted run of 12 steps" in stdout
+
+
+@pytest.mark.timeout(100)
+def test_lightning_module_logs_through_self_log_and_its_hooks_run(tmp_path: Path) -> None:
+    out = tmp_path / "lit"
+    stdout = python("lightning_module.py", "--epochs", "2", "--out", str(out), cwd=tmp_path)
+    # Each hook printed or logged through the Fabric that setup gave the module: it was a callback.
+    assert "on_train_start: world size 1" in stdout
+    assert "hooks: on_train_start on_train_epoch_end on_train_end; 64 steps" in stdout
+    rows = metrics(out)
+    losses = [float(row["train_loss"]) for row in rows if row["train_loss"]]
+    assert len(losses) == 64  # self.log on every step reached the CSV logger
+    assert sum(losses[-8:]) < 0.5 * sum(losses[:8])
+    accuracies = [float(row["val_acc"]) for row in rows if row["val_acc"]]
+    (printed,) = map(float, found(r"epoch 1: val_acc (\S+)", stdout))
+    assert len(accuracies) == 2 and accuracies[-1] == pytest.approx(printed, abs=1e-3) and printed > 0.7
