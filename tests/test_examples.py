@@ -124,3 +124,14 @@ def test_lightning_module_logs_through_self_log_and_its_hooks_run(tmp_path: Path
     accuracies = [float(row["val_acc"]) for row in rows if row["val_acc"]]
     (printed,) = map(float, found(r"epoch 1: val_acc (\S+)", stdout))
     assert len(accuracies) == 2 and accuracies[-1] == pytest.approx(printed, abs=1e-3) and printed > 0.7
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_kfold_on_two_ddp_processes_ranks_agree_on_the_mean_accuracy(tmp_path: Path) -> None:
+    stdout = on_two_processes("kfold.py", "--folds", "3", "--epochs", "3", "--samples", "300", cwd=tmp_path)
+    folds = [float(a) for a in re.findall(r"^fold \d: val accuracy (\S+)$", stdout, re.MULTILINE)]
+    assert len(folds) == 3 and all(0.75 < a <= 1 for a in folds)  # two classes: chance is 0.5
+    means = dict(re.findall(r"^rank (\d): mean accuracy (\S+) over 3 folds$", stdout, re.MULTILINE))
+    assert set(means) == {"0", "1"} and means["0"] == means["1"]  # printed to 6 places, by each process
+    assert float(means["0"]) == pytest.approx(sum(folds) / 3, abs=1e-4)
