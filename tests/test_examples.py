@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import socket
@@ -135,3 +136,21 @@ def test_kfold_on_two_ddp_processes_ranks_agree_on_the_mean_accuracy(tmp_path: P
     means = dict(re.findall(r"^rank (\d): mean accuracy (\S+) over 3 folds$", stdout, re.MULTILINE))
     assert set(means) == {"0", "1"} and means["0"] == means["1"]  # printed to 6 places, by each process
     assert float(means["0"]) == pytest.approx(sum(folds) / 3, abs=1e-4)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_gan_on_two_ddp_processes_learns_the_target_and_ranks_hold_identical_parameters(tmp_path: Path) -> None:
+    stdout = on_two_processes("gan.py", "--steps", "200", cwd=tmp_path)
+    pattern = (
+        r"^rank (\d): generated mean \((\S+), (\S+)\) target \S+ \S+  loss_d (\S+)  loss_g (\S+)"
+        r"  generator moved (\S+)  parameters (\w+)$"
+    )
+    ranks = {rank: rest for rank, *rest in re.findall(pattern, stdout, re.MULTILINE)}
+    assert set(ranks) == {"0", "1"}, stdout[-2000:]
+    for x, y, loss_d, loss_g, moved, _ in ranks.values():
+        assert math.isfinite(float(loss_d)) and math.isfinite(float(loss_g))
+        assert float(moved) > 0.5  # the generator's optimizer stepped
+        # Its points started near (0, 0), 2.2 away from the target's centre: it learned where the data is.
+        assert math.dist((float(x), float(y)), (2.0, -1.0)) < 0.6
+    assert ranks["0"][-1] == ranks["1"][-1]  # both models bit-identical on both processes
