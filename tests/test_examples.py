@@ -154,3 +154,22 @@ def test_gan_on_two_ddp_processes_learns_the_target_and_ranks_hold_identical_par
         # Its points started near (0, 0), 2.2 away from the target's centre: it learned where the data is.
         assert math.dist((float(x), float(y)), (2.0, -1.0)) < 0.6
     assert ranks["0"][-1] == ranks["1"][-1]  # both models bit-identical on both processes
+
+
+@pytest.mark.timeout(150)
+def test_build_your_own_trainer_resumes_to_the_parameters_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "2", "--out", str(resumed), cwd=tmp_path)
+    assert "done: 2 epochs, 32 steps, last checkpoint step-000032.ckpt" in stdout  # 16 batches an epoch
+    saved = sorted(p.name for p in resumed.iterdir())
+    assert saved == ["step-000010.ckpt", "step-000020.ckpt", "step-000030.ckpt", "step-000032.ckpt"]
+    # As if the first run had died before its final save: the newest checkpoint is from the middle of epoch 1.
+    (resumed / "step-000032.ckpt").unlink()
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "4", "--out", str(resumed), cwd=tmp_path)
+    assert "resumed from step-000030.ckpt: step 30, epoch 1" in stdout
+    assert "done: 4 epochs, 64 steps" in stdout
+    (after_resume,) = found(r"^parameters (\w+)$", stdout)
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "4", "--out", str(straight), cwd=tmp_path)
+    assert "resumed" not in stdout and "done: 4 epochs, 64 steps" in stdout
+    (uninterrupted,) = found(r"^parameters (\w+)$", stdout)
+    assert after_resume == uninterrupted  # bit-identical: same batches, same order, same optimizer state
