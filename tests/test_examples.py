@@ -173,3 +173,26 @@ def test_build_your_own_trainer_resumes_to_the_parameters_of_an_uninterrupted_ru
     assert "resumed" not in stdout and "done: 4 epochs, 64 steps" in stdout
     (uninterrupted,) = found(r"^parameters (\w+)$", stdout)
     assert after_resume == uninterrupted  # bit-identical: same batches, same order, same optimizer state
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_rl_collective_player_and_trainer_exchange_experience_and_weights(tmp_path: Path) -> None:
+    # The script launches its two processes itself (fabric.launch); MASTER_PORT keeps parallel runs apart.
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "rl_collective.py"), "--iterations", "30"],
+        cwd=tmp_path,
+        env=environment() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rewards = dict(re.findall(r"^iteration\s+(\d+): mean reward (\S+)  trainer loss (?:\S+)$", done.stdout, re.M))
+    assert set(rewards) == {"0", "10", "20", "29"}
+    # A random policy picks the paying action a third of the time; the trainer's updates reached the player.
+    assert float(rewards["0"]) < 0.5 and float(rewards["29"]) > 0.75
+    losses = [float(x) for x in re.findall(r"trainer loss (\S+)$", done.stdout, re.M)]
+    assert all(math.isfinite(x) for x in losses) and len(set(losses)) > 1  # the metrics group carried real values
+    policies = dict(re.findall(r"^rank (\d) \((?:player|trainer)\): policy (\w+)$", done.stdout, re.M))
+    assert set(policies) == {"0", "1"} and policies["0"] == policies["1"]
