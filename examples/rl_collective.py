@@ -57,7 +57,10 @@ def player(world: TorchCollective, metrics: TorchCollective, policy: nn.Module, 
         load_flat(policy, weights)
         loss = metrics.broadcast(torch.zeros(1), src=TRAINER)
         if iteration % 10 == 0 or iteration == args.iterations - 1:
-            print(f"iteration {iteration:3d}: mean reward {rewards.mean():.3f}  trainer loss {loss.item():.4f}")
+            print(
+                f"iteration {iteration:3d}: mean reward {rewards.mean():.3f}  trainer loss {loss.item():.4f}",
+                flush=True,
+            )
 
 
 def trainer(world: TorchCollective, metrics: TorchCollective, policy: nn.Module, args: argparse.Namespace) -> None:

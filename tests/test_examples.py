@@ -189,7 +189,7 @@ def test_rl_collective_player_and_trainer_exchange_experience_and_weights(tmp_pa
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rewards = dict(re.findall(r"^iteration\s+(\d+): mean reward (\S+)  trainer loss (?:\S+)$", done.stdout, re.M))
-    assert set(rewards) == {"0", "10", "20", "29"}
+    assert set(rewards) == {"0", "10", "20", "29"}, done.stdout + done.stderr[-3000:]
     # A random policy picks the paying action a third of the time; the trainer's updates reached the player.
     assert float(rewards["0"]) < 0.5 and float(rewards["29"]) > 0.75
     losses = [float(x) for x in re.findall(r"trainer loss (\S+)$", done.stdout, re.M)]
