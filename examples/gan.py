@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 
 import torch
 from torch import Tensor, nn
@@ -83,12 +84,14 @@ def main() -> None:
     with torch.no_grad():
         mean = generator(torch.randn(2000, NOISE, generator=data).to(fabric.device)).mean(0).cpu()
     moved = sum(float((p.detach() - q).norm()) for p, q in zip(generator.parameters(), initial))
-    print(
+    # One write per line: print() writes the text and the newline separately, and unbuffered (PYTHONUNBUFFERED)
+    # the other process's line can land between them.
+    sys.stdout.write(
         f"rank {fabric.global_rank}: generated mean ({mean[0]:.3f}, {mean[1]:.3f}) target (2.000, -1.000)"
         f"  loss_d {(loss_d_real + loss_d_fake).item():.4f}  loss_g {loss_g.item():.4f}"
-        f"  generator moved {moved:.4f}  parameters {fingerprint(generator, discriminator)}",
-        flush=True,
+        f"  generator moved {moved:.4f}  parameters {fingerprint(generator, discriminator)}\n"
     )
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

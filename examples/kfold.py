@@ -14,6 +14,7 @@ Every process prints its own result line (``rank N: mean accuracy ...``), to sho
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 from torch import Tensor, nn
@@ -76,7 +77,10 @@ def main() -> None:
         fabric.print(f"fold {k}: val accuracy {accuracy:.4f}")
         accuracies.append(accuracy)
     mean = sum(accuracies) / len(accuracies)
-    print(f"rank {fabric.global_rank}: mean accuracy {mean:.6f} over {args.folds} folds", flush=True)
+    # One write per line: print() writes the text and the newline separately, and unbuffered (PYTHONUNBUFFERED)
+    # the other process's line can land between them.
+    sys.stdout.write(f"rank {fabric.global_rank}: mean accuracy {mean:.6f} over {args.folds} folds\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 
 import torch
 from torch import Tensor, nn
@@ -57,10 +58,9 @@ def player(world: TorchCollective, metrics: TorchCollective, policy: nn.Module, 
         load_flat(policy, weights)
         loss = metrics.broadcast(torch.zeros(1), src=TRAINER)
         if iteration % 10 == 0 or iteration == args.iterations - 1:
-            print(
-                f"iteration {iteration:3d}: mean reward {rewards.mean():.3f}  trainer loss {loss.item():.4f}",
-                flush=True,
-            )
+            line = f"iteration {iteration:3d}: mean reward {rewards.mean():.3f}  trainer loss {loss.item():.4f}\n"
+            sys.stdout.write(line)  # one write per line: see the end of main()
+            sys.stdout.flush()
 
 
 def trainer(world: TorchCollective, metrics: TorchCollective, policy: nn.Module, args: argparse.Namespace) -> None:
@@ -98,10 +98,11 @@ def main() -> None:
     else:
         trainer(world, metrics, policy, args)
     fingerprint = hashlib.sha256(flat(policy).numpy().tobytes()).hexdigest()[:16]
-    print(
-        f"rank {fabric.global_rank} ({'player' if fabric.global_rank == PLAYER else 'trainer'}): policy {fingerprint}",
-        flush=True,
-    )
+    # One write per line: print() writes the text and the newline separately, and unbuffered (PYTHONUNBUFFERED)
+    # the other process's line can land between them.
+    role = "player" if fabric.global_rank == PLAYER else "trainer"
+    sys.stdout.write(f"rank {fabric.global_rank} ({role}): policy {fingerprint}\n")
+    sys.stdout.flush()
     metrics.teardown()
 
 

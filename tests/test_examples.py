@@ -23,8 +23,11 @@ def free_port() -> int:
 
 
 def environment() -> dict[str, str]:
-    # A test run inside `fabric-core run` (or torchrun) must not hand its settings to the scripts.
-    return {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK"))}
+    # A test run inside `fabric-core run` (or torchrun) must not hand its settings to the scripts. Unbuffered
+    # output (PYTHONUNBUFFERED) would let two processes' lines interleave mid-line in the shared pipe, as print()
+    # writes the text and the newline separately; buffered, each process writes whole lines.
+    skip = ("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK", "PYTHONUNBUFFERED")
+    return {k: v for k, v in os.environ.items() if not k.startswith(skip)}
 
 
 def run(*command: str, cwd: Path, timeout: int) -> str:
