@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import socket
@@ -22,8 +23,11 @@ def free_port() -> int:
 
 
 def environment() -> dict[str, str]:
-    # A test run inside `fabric-core run` (or torchrun) must not hand its settings to the scripts.
-    return {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK"))}
+    # A test run inside `fabric-core run` (or torchrun) must not hand its settings to the scripts. Unbuffered
+    # output (PYTHONUNBUFFERED) would let two processes' lines interleave mid-line in the shared pipe, as print()
+    # writes the text and the newline separately; buffered, each process writes whole lines.
+    skip = ("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK", "PYTHONUNBUFFERED")
+    return {k: v for k, v in os.environ.items() if not k.startswith(skip)}
 
 
 def run(*command: str, cwd: Path, timeout: int) -> str:
@@ -108,3 +112,90 @@ def test_checkpoint_resume_on_two_ddp_processes_matches_an_uninterrupted_run(tmp
     assert "resumed from" in stdout and "at step 4" in stdout
     assert "finished 12 steps, strategy DDPStrategy, world size 2" in stdout
     assert "OK: the resumed run ends with the same parameters as an uninterrupted run of 12 steps" in stdout
+
+
+@pytest.mark.timeout(100)
+def test_lightning_module_logs_through_self_log_and_its_hooks_run(tmp_path: Path) -> None:
+    out = tmp_path / "lit"
+    stdout = python("lightning_module.py", "--epochs", "2", "--out", str(out), cwd=tmp_path)
+    # Each hook printed or logged through the Fabric that setup gave the module: it was a callback.
+    assert "on_train_start: world size 1" in stdout
+    assert "hooks: on_train_start on_train_epoch_end on_train_end; 64 steps" in stdout
+    rows = metrics(out)
+    losses = [float(row["train_loss"]) for row in rows if row["train_loss"]]
+    assert len(losses) == 64  # self.log on every step reached the CSV logger
+    assert sum(losses[-8:]) < 0.5 * sum(losses[:8])
+    accuracies = [float(row["val_acc"]) for row in rows if row["val_acc"]]
+    (printed,) = map(float, found(r"epoch 1: val_acc (\S+)", stdout))
+    assert len(accuracies) == 2 and accuracies[-1] == pytest.approx(printed, abs=1e-3) and printed > 0.7
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_kfold_on_two_ddp_processes_ranks_agree_on_the_mean_accuracy(tmp_path: Path) -> None:
+    stdout = on_two_processes("kfold.py", "--folds", "3", "--epochs", "3", "--samples", "300", cwd=tmp_path)
+    folds = [float(a) for a in re.findall(r"^fold \d: val accuracy (\S+)$", stdout, re.MULTILINE)]
+    assert len(folds) == 3 and all(0.75 < a <= 1 for a in folds)  # two classes: chance is 0.5
+    means = dict(re.findall(r"^rank (\d): mean accuracy (\S+) over 3 folds$", stdout, re.MULTILINE))
+    assert set(means) == {"0", "1"} and means["0"] == means["1"]  # printed to 6 places, by each process
+    assert float(means["0"]) == pytest.approx(sum(folds) / 3, abs=1e-4)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_gan_on_two_ddp_processes_learns_the_target_and_ranks_hold_identical_parameters(tmp_path: Path) -> None:
+    stdout = on_two_processes("gan.py", "--steps", "200", cwd=tmp_path)
+    pattern = (
+        r"^rank (\d): generated mean \((\S+), (\S+)\) target \S+ \S+  loss_d (\S+)  loss_g (\S+)"
+        r"  generator moved (\S+)  parameters (\w+)$"
+    )
+    ranks = {rank: rest for rank, *rest in re.findall(pattern, stdout, re.MULTILINE)}
+    assert set(ranks) == {"0", "1"}, stdout[-2000:]
+    for x, y, loss_d, loss_g, moved, _ in ranks.values():
+        assert math.isfinite(float(loss_d)) and math.isfinite(float(loss_g))
+        assert float(moved) > 0.5  # the generator's optimizer stepped
+        # Its points started near (0, 0), 2.2 away from the target's centre: it learned where the data is.
+        assert math.dist((float(x), float(y)), (2.0, -1.0)) < 0.6
+    assert ranks["0"][-1] == ranks["1"][-1]  # both models bit-identical on both processes
+
+
+@pytest.mark.timeout(150)
+def test_build_your_own_trainer_resumes_to_the_parameters_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "2", "--out", str(resumed), cwd=tmp_path)
+    assert "done: 2 epochs, 32 steps, last checkpoint step-000032.ckpt" in stdout  # 16 batches an epoch
+    saved = sorted(p.name for p in resumed.iterdir())
+    assert saved == ["step-000010.ckpt", "step-000020.ckpt", "step-000030.ckpt", "step-000032.ckpt"]
+    # As if the first run had died before its final save: the newest checkpoint is from the middle of epoch 1.
+    (resumed / "step-000032.ckpt").unlink()
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "4", "--out", str(resumed), cwd=tmp_path)
+    assert "resumed from step-000030.ckpt: step 30, epoch 1" in stdout
+    assert "done: 4 epochs, 64 steps" in stdout
+    (after_resume,) = found(r"^parameters (\w+)$", stdout)
+    stdout = python("build_your_own_trainer.py", "--max-epochs", "4", "--out", str(straight), cwd=tmp_path)
+    assert "resumed" not in stdout and "done: 4 epochs, 64 steps" in stdout
+    (uninterrupted,) = found(r"^parameters (\w+)$", stdout)
+    assert after_resume == uninterrupted  # bit-identical: same batches, same order, same optimizer state
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_rl_collective_player_and_trainer_exchange_experience_and_weights(tmp_path: Path) -> None:
+    # The script launches its two processes itself (fabric.launch); MASTER_PORT keeps parallel runs apart.
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "rl_collective.py"), "--iterations", "30"],
+        cwd=tmp_path,
+        env=environment() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rewards = dict(re.findall(r"^iteration\s+(\d+): mean reward (\S+)  trainer loss (?:\S+)$", done.stdout, re.M))
+    assert set(rewards) == {"0", "10", "20", "29"}, done.stdout + done.stderr[-3000:]
+    # A random policy picks the paying action a third of the time; the trainer's updates reached the player.
+    assert float(rewards["0"]) < 0.5 and float(rewards["29"]) > 0.75
+    losses = [float(x) for x in re.findall(r"trainer loss (\S+)$", done.stdout, re.M)]
+    assert all(math.isfinite(x) for x in losses) and len(set(losses)) > 1  # the metrics group carried real values
+    policies = dict(re.findall(r"^rank (\d) \((?:player|trainer)\): policy (\w+)$", done.stdout, re.M))
+    assert set(policies) == {"0", "1"} and policies["0"] == policies["1"]
