@@ -69,7 +69,11 @@ def bounded_barrier(timeout: timedelta) -> bool:
     """Meet the other ranks, waiting at most ``timeout``; say on stderr which ranks did not come.
 
     gloo meets through ``monitored_barrier`` (which names the missing ranks); other backends through the
-    process group's key-value store, so that a peer stuck in a collective cannot hold this rank too.
+    process group's key-value store, so that a peer stuck in a collective cannot hold this rank too. Once
+    every rank has arrived, a plain barrier follows on gloo: ``monitored_barrier`` ends with rank 0 still
+    answering the others, and a rank that destroys its connections while a peer's last message is in flight
+    aborts the process at exit (``terminate called without an active exception``); the plain barrier, which
+    every rank leaves only after the others' messages arrived, cannot then wait for a missing rank.
 
     Returns:
         Whether every rank arrived.
@@ -78,6 +82,7 @@ def bounded_barrier(timeout: timedelta) -> bool:
     try:
         if dist.get_backend() == "gloo":
             dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
+            dist.barrier()
         else:
             _store_barrier(timeout)
     except Exception as error:  # a peer is stuck, or died and closed its connections
