@@ -91,7 +91,9 @@ def main() -> None:
         weight = getattr(model.module, name).weight
         assert isinstance(weight, DTensor)
         (rows, cols), (all_rows, all_cols) = weight.to_local().shape, weight.shape
-        print(f"rank {fabric.global_rank}: {name} local shard {rows}x{cols} of {all_rows}x{all_cols}")
+        # One write per line: two processes share the output, and a line written in pieces can be split.
+        sys.stdout.write(f"rank {fabric.global_rank}: {name} local shard {rows}x{cols} of {all_rows}x{all_cols}\n")
+        sys.stdout.flush()
 
     # Every process draws the same batches: a tensor-parallel group works on one batch together.
     losses = []
@@ -120,7 +122,9 @@ def main() -> None:
     reference_weights = dict(reference.named_parameters())
     difference = max(float((gathered[name] - reference_weights[name].detach()).abs().max()) for name in gathered)
     verdict = "OK" if difference <= TOLERANCE else "MISMATCH"
-    print(f"rank {fabric.global_rank}: {verdict}: largest difference from the single-process model {difference:.2e}")
+    line = f"rank {fabric.global_rank}: {verdict}: largest difference from the single-process model {difference:.2e}"
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     if difference > TOLERANCE:
         sys.exit(1)
 
