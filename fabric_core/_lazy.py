@@ -14,7 +14,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fabric_core._registry import Catalog
 
-__all__ = ["class_getattr", "submodule"]
+__all__ = ["class_getattr", "reexports", "submodule"]
+
+
+def reexports(module: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that imports each name of ``where`` (``{name: source module}``) on first access.
+
+    For Lightning paths whose names live elsewhere in fabric-core, so that importing the path stays light.
+    """
+
+    def __getattr__(name: str) -> Any:
+        source = where.get(name)
+        if source is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(source), name)
+
+    return __getattr__
 
 
 def submodule(package: str, name: str) -> Any:

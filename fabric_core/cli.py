@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fabric_core._lazy import reexports
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError
@@ -23,13 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["STRATEGY_REGISTRY", "main"]
 
 
-def __getattr__(name: str) -> Any:
-    # Lightning's CLI module imports the strategy registry; the same read view of the catalog, on first access.
-    if name == "STRATEGY_REGISTRY":
-        from fabric_core.strategies.registry import STRATEGY_REGISTRY
-
-        return STRATEGY_REGISTRY
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lightning's CLI module imports the strategy registry; the same read view of the catalog, on first access.
+__getattr__ = reexports(__name__, {"STRATEGY_REGISTRY": "fabric_core.strategies.registry"})
 
 
 def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:

@@ -8,8 +8,9 @@ registries Lightning's module imports (read views over the plugin catalog, loade
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabric_core._lazy import reexports
 
 if TYPE_CHECKING:
     from fabric_core.accelerators.registry import ACCELERATOR_REGISTRY
@@ -17,14 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"]
 
-_WHERE = {
-    "ACCELERATOR_REGISTRY": "fabric_core.accelerators.registry",
-    "STRATEGY_REGISTRY": "fabric_core.strategies.registry",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = reexports(
+    __name__,
+    {
+        "ACCELERATOR_REGISTRY": "fabric_core.accelerators.registry",
+        "STRATEGY_REGISTRY": "fabric_core.strategies.registry",
+    },
+)

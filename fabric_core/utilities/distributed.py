@@ -9,19 +9,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from fabric_core._lazy import reexports
+
 if TYPE_CHECKING:
     from fabric_core.utilities.data import DistributedSamplerWrapper
 
 __all__ = ["DistributedSamplerWrapper", "is_shared_filesystem"]
 
 
-def __getattr__(name: str) -> Any:
-    # Lightning's path of the sampler wrapper; it lives with the other data helpers (loaded on use: torch).
-    if name == "DistributedSamplerWrapper":
-        from fabric_core.utilities.data import DistributedSamplerWrapper
-
-        return DistributedSamplerWrapper
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lightning's path of the sampler wrapper; it lives with the other data helpers (loaded on use: torch).
+__getattr__ = reexports(__name__, {"DistributedSamplerWrapper": "fabric_core.utilities.data"})
 
 
 _T = TypeVar("_T")
