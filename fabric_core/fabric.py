@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
+import sys
 from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -434,9 +436,20 @@ class Fabric:
 
     # -- processes and collectives -------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the first process of each node only."""
-        if self.local_rank == 0:
-            print(*args, **kwargs)
+        """``print`` on the first process of each node only.
+
+        The line reaches ``file`` in one write: the built-in ``print`` writes each argument, separator and the
+        line end separately, so on an unbuffered stream another process's output could land mid-line.
+        """
+        if self.local_rank != 0:
+            return
+        file = kwargs.pop("file", None) or sys.stdout
+        flush = kwargs.pop("flush", False)
+        line = io.StringIO()
+        print(*args, file=line, **kwargs)  # the built-in's own checks of ``sep`` and ``end``
+        file.write(line.getvalue())
+        if flush:
+            file.flush()
 
     def barrier(self, name: str | None = None) -> None:
         """Wait until every process reaches this call."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import warnings
@@ -598,6 +599,23 @@ def test_sharded_model_is_deprecated() -> None:
 def test_print_on_local_rank_zero(capsys: pytest.CaptureFixture[str]) -> None:
     make_fabric().print("hello", 1, sep="-")
     assert capsys.readouterr().out == "hello-1\n"
+
+
+def test_print_writes_each_line_in_one_call() -> None:
+    # Two processes share an unbuffered stdout: the built-in print's separate writes of text and newline let
+    # the other process's line land in between (seen in a two-process example run).
+    class Recording(io.StringIO):
+        calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return super().write(text)
+
+    stream = Recording()
+    make_fabric().print("step", 3, "loss", 0.5, file=stream, end="|\n", flush=True)
+    assert stream.calls == ["step 3 loss 0.5|\n"]
+    with pytest.raises(TypeError, match="sep must be None or a string"):
+        make_fabric().print("x", sep=1)
 
 
 def test_collectives_in_one_process() -> None:
