@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -29,10 +29,9 @@ from fabric_core.errors import (
 )
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
-from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, accepted_keywords, unwrap_compiled
+from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled
 
 __all__ = [
-    "call_with_accepted",
     "check_clip_arguments",
     "check_clip_objects",
     "check_dataloaders",
@@ -144,14 +143,6 @@ def warn_if_on_several_devices(module: Module) -> None:
             category=PossibleUserWarning,
             stacklevel=5,  # the user's `fabric.setup(...)` line
         )
-
-
-def call_with_accepted(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
-    """Call ``fn(*args, **kwargs)`` with only the keyword arguments its signature accepts."""
-    keywords = accepted_keywords(fn)
-    if keywords is not None:
-        kwargs = {k: v for k, v in kwargs.items() if k in keywords}
-    return fn(*args, **kwargs)
 
 
 def check_save_filter(filter: object, state: Mapping[str, Any]) -> None:

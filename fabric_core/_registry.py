@@ -151,7 +151,7 @@ class Entry:
         """
         factory = self.load()
         kwargs = {**self.defaults, **(options or {})}
-        from fabric_core.wrappers import accepted_keywords
+        from fabric_core._signature import accepted_keywords
 
         accepted = accepted_keywords(factory)
         unknown = sorted(set(kwargs) - accepted) if accepted is not None else []

@@ -8,8 +8,6 @@ decisions without building anything.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import os
 import sys
 from collections.abc import Mapping
@@ -32,6 +30,7 @@ from fabric_core._arguments import (
 from fabric_core._logging import log_event
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import Catalog, Entry, Spec
+from fabric_core._signature import accepts
 from fabric_core.errors import (
     AcceleratorUnavailableError,
     ArgumentTypeError,
@@ -419,7 +418,7 @@ def _select_precision(
             "precision", name, choices, argument="Fabric(precision=...)", unavailable=ctx.catalog.unavailable
         )
     factory = entry.load()
-    if "device" not in options and _accepts(factory, "device"):
+    if "device" not in options and accepts(factory, "device"):
         options["device"] = ctx.device_type
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
     decisions.append(
@@ -428,14 +427,6 @@ def _select_precision(
         )
     )
     return _Choice(entry=entry, options=options), dataclasses.replace(ctx, precision=requested)
-
-
-@functools.lru_cache(maxsize=256)
-def _accepts(factory: Any, parameter: str) -> bool:
-    try:
-        return parameter in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decision]) -> list[_Choice]:

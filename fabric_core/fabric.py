@@ -21,6 +21,7 @@ from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._selection import select
+from fabric_core._signature import call_with_accepted
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.strategies.strategy import Strategy
@@ -654,7 +655,7 @@ class Fabric:
                     f"Skipping the callback `{type(callback).__name__}.{hook_name}` because it is not callable."
                 )
                 continue
-            checks.call_with_accepted(method, args, kwargs)
+            call_with_accepted(method, args, kwargs)
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Log one scalar (tensors are converted with ``.item()``) to every logger."""

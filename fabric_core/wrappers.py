@@ -7,7 +7,6 @@ one extra Python call and an optimizer step a direct call of the real one.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -22,6 +21,7 @@ from torch.nn import Module
 from torch.nn.modules import module as _torch_module
 from torch.optim import Optimizer
 
+from fabric_core._signature import accepted_keywords
 from fabric_core.precision.precision import (
     Precision,
     autocast_of,
@@ -72,8 +72,6 @@ _RAW_BACKWARD_MESSAGE: Final = (
 
 
 #: ``None`` means the callable takes ``**kwargs`` (everything is passed on).
-_SIGNATURES: Final[weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] | None]] = weakref.WeakKeyDictionary()
-_KEYWORD_KINDS: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def overrides(obj: object, base: type, *names: str, count_plain: bool = False) -> bool:
@@ -100,30 +98,6 @@ def guards_raw_backward(strategy: Strategy) -> bool:
     return overrides(strategy, Strategy, "backward", count_plain=True) or overrides(
         strategy.precision, Precision, "pre_backward", "backward", "post_backward", count_plain=True
     )
-
-
-def _compute_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins without a signature: pass everything, as a direct call would
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return frozenset(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
-
-
-def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
-    """The keyword arguments ``fn`` accepts, or ``None`` when it takes ``**kwargs``.
-
-    Signatures are inspected once per function (bound methods share their function's entry).
-    """
-    key = getattr(fn, "__func__", fn)
-    if key in _SIGNATURES:
-        return _SIGNATURES[key]
-    keywords = _compute_keywords(fn)
-    with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: inspected each time
-        _SIGNATURES[key] = keywords
-    return keywords
 
 
 class _BackwardState:

@@ -88,7 +88,7 @@ def check_forwarded_options(
     Raises:
         UnknownOptionError: An option neither the strategy nor ``target`` takes (a ``TypeError`` too).
     """
-    from fabric_core.wrappers import accepted_keywords
+    from fabric_core._signature import accepted_keywords
 
     forwarded = accepted_keywords(target)
     if forwarded is None:  # the target takes anything

@@ -341,8 +341,8 @@ class Strategy(ABC):
         ``mmap``, and ``weights_only`` is not ``False``): modules copy their tensors straight from the file's
         pages, which spares reading them into memory first (see ``restore_state``).
         """
+        from fabric_core._signature import accepted_keywords
         from fabric_core.io.restore import load_module, restore_state
-        from fabric_core.wrappers import accepted_keywords
 
         mapped = (
             weights_only is not False

@@ -1,0 +1,56 @@
+"""Which keyword arguments a callable takes: the one signature helper of the project (torch-free leaf).
+
+Plugin factories, user hooks (``fabric.call``), checkpoint I/O methods and the targets of strategy options
+are all called with "only what they accept"; this module answers that question once per function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+__all__ = ["accepted_keywords", "accepts", "call_with_accepted"]
+
+_SIGNATURES: Final[weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] | None]] = weakref.WeakKeyDictionary()
+_KEYWORD_KINDS: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _compute_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: pass everything, as a direct call would
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters if p.kind in _KEYWORD_KINDS)
+
+
+def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments ``fn`` accepts, or ``None`` when it takes ``**kwargs`` (or has no signature).
+
+    Signatures are inspected once per function (bound methods share their function's entry).
+    """
+    key = getattr(fn, "__func__", fn)
+    if key in _SIGNATURES:
+        return _SIGNATURES[key]
+    keywords = _compute_keywords(fn)
+    with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: inspected each time
+        _SIGNATURES[key] = keywords
+    return keywords
+
+
+def accepts(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes the keyword argument ``name`` by its own name (``**kwargs`` does not count)."""
+    keywords = accepted_keywords(fn)
+    return keywords is not None and name in keywords
+
+
+def call_with_accepted(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Call ``fn(*args, **kwargs)`` with only the keyword arguments its signature accepts."""
+    keywords = accepted_keywords(fn)
+    if keywords is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in keywords}
+    return fn(*args, **kwargs)
