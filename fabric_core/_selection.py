@@ -79,8 +79,12 @@ def _is_interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive)
 
 
-def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
-    """Split ``plugins=`` into (precision, checkpoint_io, environment); each at most once."""
+def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
+    """Sort the items of ``Fabric(plugins=...)`` into (precision, checkpoint_io, environment), each at most once.
+
+    Lightning calls these items plugins; here they are components like any other, and each is decided later
+    exactly as its own argument would be.
+    """
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
@@ -93,7 +97,6 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
     for item in items:
         if isinstance(item, (str, Spec)):
             name = name_and_options(item)[0]
-            # Only sorted here; each is decided later exactly as its own argument is.
             if catalog.find("environment", name) is not None:
                 slot: Any = ("environment", item)
             elif catalog.find("precision", PRECISION_ALIASES.get(name, (name, False))[0]) is not None:
@@ -162,8 +165,9 @@ def _select_accelerator(
     )
 
 
-def _hook(plugin: str | None, what: str) -> str | None:
-    return f"{plugin}.fabric_core_select_{what}" if plugin else None
+def _answering_hook(plugin: str | None, step: str) -> str | None:
+    """``"<plugin>.fabric_core_select_<step>"``: the selection hook implementation that answered, if one did."""
+    return f"{plugin}.fabric_core_select_{step}" if plugin else None
 
 
 def _select_devices(
@@ -251,14 +255,17 @@ def _select_environment(
 
 
 def _decided(
-    step: str, value: str, reason: str, entry: Entry | None, plugin: str | None = None, where: str | None = None
+    step: str, value: str, reason: str, entry: Entry | None, answered_by: str | None = None, where: str | None = None
 ) -> Decision:
-    """The record of one decision; ``plugin`` answered the selection hook, ``where`` is the argument it came in."""
+    """The record of one decision: ``answered_by`` is the plugin whose selection hook answered, ``where`` the
+    argument the component came in when it is not its own (``"plugins="``)."""
     if where is not None:
         reason = f"{reason} (in {where})"
     if entry is None:
         return Decision(step, value, reason)
-    return Decision(step, value, reason, plugin=entry.plugin, hook=_hook(plugin, step), target=entry.target)
+    return Decision(
+        step, value, reason, plugin=entry.plugin, hook=_answering_hook(answered_by, step), target=entry.target
+    )
 
 
 def _select_strategy(
@@ -378,17 +385,17 @@ def select(
     ctx = SelectionContext(
         catalog=catalog, num_nodes=validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
     )
-    plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
-    check_one_precision(args["precision"], plugin_precision)
+    precision_in_plugins, checkpoint_io, environment_in_plugins = _sort_plugins_argument(plugins, catalog)
+    check_one_precision(args["precision"], precision_in_plugins)
     acc_choice, ctx = _select_accelerator(manager, ctx, args["accelerator"], decisions)
     # The environment before the devices: a scheduler that started the processes decides `devices="auto"`.
-    env_choice, ctx = _select_environment(ctx, plugin_environment, decisions)
+    env_choice, ctx = _select_environment(ctx, environment_in_plugins, decisions)
     ctx = _select_devices(ctx, args["devices"], decisions, env_choice.instance, args["strategy"])
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
     _check_strategy_instance(strategy_choice, args)
     check_device_count(ctx, args, strategy_choice.instance)
-    if plugin_precision is not None:
-        precision_choice, ctx = _select_precision(manager, ctx, plugin_precision, decisions, _IN_PLUGINS)
+    if precision_in_plugins is not None:
+        precision_choice, ctx = _select_precision(manager, ctx, precision_in_plugins, decisions, _IN_PLUGINS)
     else:
         precision_choice, ctx = _select_precision(manager, ctx, args["precision"], decisions, None)
     if checkpoint_io is not None:
