@@ -104,7 +104,11 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
             else:
                 choices = catalog.names("environment") + catalog.names("precision")
                 raise UnknownNameError(
-                    "plugin", name, choices, argument="Fabric(plugins=...)", unavailable=catalog.unavailable
+                    "precision or cluster environment",
+                    name,
+                    choices,
+                    argument="Fabric(plugins=...)",
+                    unavailable=catalog.unavailable,
                 )
         elif isinstance(item, Precision):
             slot = ("precision", item)

@@ -83,3 +83,13 @@ def test_building_refuses_a_spawning_strategy_in_an_interactive_session(monkeypa
     assert selection.context.interactive  # deciding accepts it: whether it can run is known once it is built
     with pytest.raises(InvalidConfigError, match=r"strategy='ddp_spawn'.*not compatible with an interactive"):
         build(selection)
+
+
+def test_an_unknown_plugins_item_is_not_called_a_plugin() -> None:
+    from fabric_core.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError) as info:
+        select(make_manager(), accelerator="cpu", plugins=["bf17-mixed"])
+    message = str(info.value)
+    assert "the precision or cluster environment 'bf17-mixed'" in message and "Did you mean 'bf16-mixed'" in message
+    assert "the plugin 'bf17-mixed'" not in message  # an item of plugins= is a component, not an installed plugin

@@ -204,7 +204,7 @@ BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"precision": "nf4"}, UnknownNameError, r"pip install fabric-core-bitsandbytes"),
     ({"precision": 16.0}, InvalidConfigError, r"Precision 16.0 is invalid"),
     ({"plugins": 42}, ArgumentTypeError, r"invalid type for plugin 42.*Precision, CheckpointIO"),
-    ({"plugins": ["slurmm"]}, UnknownNameError, r"plugin 'slurmm'.*Did you mean 'slurm'"),
+    ({"plugins": ["slurmm"]}, UnknownNameError, r"precision or cluster environment 'slurmm'.*Did you mean 'slurm'"),
     ({"plugins": ["slurm", "lsf"]}, InvalidConfigError, r"multiple values for environment"),
     ({"plugins": ["64-true"], "precision": "32-true"}, InvalidConfigError, r"Received both"),
     ({"loggers": "tensorbaord"}, UnknownNameError, r"Did you mean 'tensorboard'"),
