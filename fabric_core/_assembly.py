@@ -8,12 +8,15 @@ can run in a notebook).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fabric_core._selection import Choice, Selection
+from fabric_core._selection import Choice, Selection, select
 from fabric_core.errors import InvalidConfigError
 
-__all__ = ["Components", "build"]
+if TYPE_CHECKING:
+    from fabric_core._manager import PluginManager
+
+__all__ = ["Components", "assemble", "build"]
 
 
 @dataclass
@@ -70,6 +73,11 @@ def build(selection: Selection) -> Components:
         callbacks=[_make(c) for c in selection.callbacks],
         processes_exist=context.devices_from_environment,
     )
+
+
+def assemble(manager: PluginManager | None, **arguments: Any) -> Components:
+    """Decide the components for ``Fabric(...)`` arguments (:func:`~fabric_core._selection.select`), then build them."""
+    return build(select(manager, **arguments))
 
 
 def _make(choice: Choice) -> Any:
