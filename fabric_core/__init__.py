@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-__version__: Final = "0.1.0"
+from fabric_core._version import __version__
 
 __all__ = [
     "AmbiguousNameError",

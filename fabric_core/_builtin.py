@@ -1,5 +1,7 @@
 """The core's own plugin: registers the built-in components by string, through the same hooks as any plugin.
 
+Like any plugin, it imports only the contract, :mod:`fabric_core.plugin_api`.
+
 Its selection hooks are ``trylast``: they give the core's default answer when no plugin decides.
 """
 
@@ -8,12 +10,10 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Entry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import Entry, Registry, SelectionContext
 
 _P = "fabric_core.precision"
 _E = "fabric_core.environments"

@@ -1,6 +1,10 @@
 """Plugin discovery, isolated loading, switches, records, and the typed facade over the hooks.
 
 Nothing outside this module touches pluggy: the rest of fabric-core calls :class:`PluginManager` methods.
+Hooks are called one implementation at a time (registration in :meth:`PluginManager._build_catalog`,
+selection in :meth:`PluginManager._call_first`, validation in :meth:`PluginManager.validate_selection`),
+never through pluggy's own caller, so that a broken plugin is named and skipped instead of failing every
+``Fabric(...)``; :mod:`fabric_core.plugin_api` says what that gives up.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from fabric_core.errors import (
 )
 
 if TYPE_CHECKING:
-    from fabric_core._selection import SelectionContext
+    from fabric_core._context import SelectionContext
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginManager", "PluginRecord", "get_manager"]
 
@@ -457,8 +461,13 @@ class PluginManager:
     def _call_first(self, hook_name: str, **kwargs: Any) -> tuple[Any, str | None]:
         """Call implementations in pluggy's order until one answers; return the answer and who gave it.
 
-        A plugin whose hook raises anything but a :class:`FabricCoreError` (a deliberate rejection) is
-        marked failed and skipped, so one broken plugin cannot break selection for the others.
+        Deliberately not pluggy's ``firstresult`` caller: implementations are called one by one so that a
+        plugin whose hook raises anything but a :class:`FabricCoreError` (a deliberate rejection), or answers
+        something other than a name, a ``spec(...)`` or ``None``, is named, marked failed and skipped, and one
+        broken plugin cannot break selection for the others; and so that the answer comes back with the
+        plugin that gave it, for the recorded decision. What this gives up: hook wrappers (refused at
+        registration, see :meth:`_register`), pluggy's tracing and call monitoring around the call, and its
+        compiled call loop (selection runs once per ``Fabric(...)``).
         """
         self.catalog  # noqa: B018 - make sure plugins are loaded
         for impl in reversed(getattr(self._pm.hook, hook_name).get_hookimpls()):

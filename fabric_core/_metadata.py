@@ -13,7 +13,7 @@ def core_version() -> str:
     try:
         return metadata.version("fabric-core")
     except metadata.PackageNotFoundError:
-        from fabric_core import __version__
+        from fabric_core._version import __version__
 
         return __version__
 

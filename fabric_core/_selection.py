@@ -1,8 +1,13 @@
-"""Resolves ``Fabric(...)`` arguments into components, through the catalog and the selection hooks.
+"""Decides the components for ``Fabric(...)`` arguments, through the catalog and the selection hooks.
 
-:func:`select` decides everything and records why (:class:`Decision`), importing only the classes it
-must ask about devices; :meth:`Selection.build` then builds the objects. ``fabric-core explain`` prints the
-decisions without building anything.
+:func:`select` decides everything and records why (:class:`Decision`), importing only the classes it must ask
+about devices; it builds nothing but the cluster environment, whose answers (did a scheduler start the
+processes, how many) decide the devices. :func:`fabric_core._assembly.build` then makes and connects the
+objects; ``fabric-core explain`` prints the decisions without building anything.
+
+Every way a component is given takes one path: a name or ``spec(...)`` goes through the selection hook and the
+catalog whether it came as ``precision=`` or inside ``plugins=``, an instance is taken as it is, and each
+becomes a :class:`Decision` that says which way it came.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any
 
 from fabric_core._arguments import (
     PRECISION_ALIASES,
@@ -27,6 +32,7 @@ from fabric_core._arguments import (
     normalize_precision,
     validate_num_nodes,
 )
+from fabric_core._context import Decision, SelectionContext
 from fabric_core._logging import log_event
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import Catalog, Entry, Spec
@@ -38,155 +44,47 @@ from fabric_core.errors import (
     UnknownNameError,
 )
 
-__all__ = ["Components", "Decision", "Selection", "SelectionContext", "select"]
-
-
-@final
-@dataclass(frozen=True)
-class SelectionContext:
-    """What selection knows at each step; hooks receive it and must not change it.
-
-    Attributes:
-        catalog: Every registered component.
-        accelerator: The chosen accelerator's name (its class name for an instance).
-        accelerator_class: Its class.
-        device_type: ``torch.device`` type of its devices (``"cpu"``, ``"cuda"``).
-        devices: ``devices`` as passed.
-        parallel_devices: One device per local process.
-        num_nodes: Number of nodes.
-        environment: The cluster environment's name.
-        creates_processes_externally: Whether a scheduler or launcher started this job's processes.
-        strategy: The chosen strategy's name (its class name for an instance).
-        strategy_class: Its class.
-        precision: The precision in canonical form (``"bf16-mixed"``).
-        interactive: Whether this runs in a notebook or REPL.
-        devices_from_environment: Whether ``devices="auto"`` (and ``num_nodes``) came from the processes the
-            cluster environment started (its ``topology()``), which then exist already.
-    """
-
-    catalog: Catalog
-    accelerator: str | None = None
-    accelerator_class: type | None = None
-    device_type: str | None = None
-    devices: Any = "auto"
-    parallel_devices: tuple[Any, ...] = ()
-    num_nodes: int = 1
-    environment: str | None = None
-    creates_processes_externally: bool = False
-    strategy: str | None = None
-    strategy_class: type | None = None
-    precision: str | None = None
-    interactive: bool = False
-    devices_from_environment: bool = False
-
-    @property
-    def num_processes(self) -> int:
-        """Processes per node (one per device)."""
-        return max(len(self.parallel_devices), 1)
-
-    @property
-    def world_size(self) -> int:
-        return self.num_processes * self.num_nodes
-
-
-@final
-@dataclass(frozen=True)
-class Decision:
-    """One step of selection: what was chosen, by whom and why (shown by ``fabric-core explain``)."""
-
-    step: str
-    value: str
-    reason: str
-    plugin: str | None = None
-    hook: str | None = None
-    target: str | None = None
+__all__ = ["Choice", "Decision", "Selection", "SelectionContext", "select"]
 
 
 @dataclass
-class Components:
-    """The objects ``Fabric`` runs with; the strategy is connected to the others."""
-
-    accelerator: Any
-    strategy: Any
-    precision: Any
-    cluster_environment: Any
-    checkpoint_io: Any
-    loggers: list[Any]
-    callbacks: list[Any]
-    #: The cluster environment started the processes and `devices="auto"` counted them: join them at once.
-    processes_exist: bool = False
-
-
-@dataclass
-class _Choice:
-    """A component chosen either as an instance or as a catalog entry with options."""
+class Choice:
+    """One decided component: an instance the user passed, or a catalog entry and the options to build it with."""
 
     instance: Any = None
     entry: Entry | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
-    def build(self) -> Any:
-        if self.instance is not None:
-            return self.instance
-        assert self.entry is not None
-        return self.entry.build(self.options)
-
 
 @dataclass
 class Selection:
-    """Everything :func:`select` decided; :meth:`build` makes the objects."""
+    """Everything :func:`select` decided; :func:`fabric_core._assembly.build` makes the objects."""
 
     context: SelectionContext
     decisions: list[Decision]
-    accelerator: _Choice
-    environment: _Choice
-    strategy: _Choice
-    precision: _Choice
+    accelerator: Choice
+    environment: Choice
+    strategy: Choice
+    precision: Choice
     checkpoint_io: Any
-    loggers: list[_Choice]
-    callbacks: list[_Choice]
+    loggers: list[Choice]
+    callbacks: list[Choice]
 
-    def build(self) -> Components:
-        """Build and connect the components (imports the chosen classes)."""
-        accelerator = self.accelerator.build()
-        environment = self.environment.build()
-        precision = self.precision.build()
-        strategy = self.strategy.build()
-        strategy.connect(
-            accelerator=accelerator,
-            precision=precision,
-            checkpoint_io=self.checkpoint_io,
-            cluster_environment=environment,
-            parallel_devices=list(self.context.parallel_devices),
-            num_nodes=self.context.num_nodes,
-        )
-        launcher = getattr(strategy, "launcher", None)
-        if self.context.interactive and launcher is not None and not launcher.is_interactive_compatible:
-            raise InvalidConfigError(
-                f"`Fabric(strategy={self.context.strategy!r})` is not compatible with an interactive "
-                "environment. Run your code as a script, or choose a strategy that forks, e.g. "
-                "`Fabric(strategy='ddp_notebook')`.",
-                argument="strategy",
-                value=self.context.strategy,
-            )
-        return Components(
-            accelerator=strategy.accelerator,
-            strategy=strategy,
-            precision=strategy.precision,
-            cluster_environment=environment,
-            checkpoint_io=strategy.checkpoint_io,
-            loggers=[c.build() for c in self.loggers],
-            callbacks=[c.build() for c in self.callbacks],
-            processes_exist=self.context.devices_from_environment,
-        )
+
+#: How a component given inside ``Fabric(plugins=...)`` is recorded.
+_IN_PLUGINS = "plugins="
 
 
 def _is_interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive)
 
 
-def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
-    """Split ``plugins=`` into (precision, checkpoint_io, environment); each at most once."""
+def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
+    """Sort the items of ``Fabric(plugins=...)`` into (precision, checkpoint_io, environment), each at most once.
+
+    Lightning calls these items plugins; here they are components like any other, and each is decided later
+    exactly as its own argument would be.
+    """
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
@@ -198,17 +96,19 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
     given: dict[str, Any] = {}  # what the user passed, for messages
     for item in items:
         if isinstance(item, (str, Spec)):
-            name, options = name_and_options(item)
-            entry = catalog.find("environment", name)
-            if entry is not None:
-                slot: Any = ("environment", _Choice(entry=entry, options=options))
+            name = name_and_options(item)[0]
+            if catalog.find("environment", name) is not None:
+                slot: Any = ("environment", item)
             elif catalog.find("precision", PRECISION_ALIASES.get(name, (name, False))[0]) is not None:
-                # Resolved later exactly as `precision=` is: selection hooks, aliases, device injection.
                 slot = ("precision", item)
             else:
                 choices = catalog.names("environment") + catalog.names("precision")
                 raise UnknownNameError(
-                    "plugin", name, choices, argument="Fabric(plugins=...)", unavailable=catalog.unavailable
+                    "precision or cluster environment",
+                    name,
+                    choices,
+                    argument="Fabric(plugins=...)",
+                    unavailable=catalog.unavailable,
                 )
         elif isinstance(item, Precision):
             slot = ("precision", item)
@@ -237,13 +137,13 @@ def _sort_plugins(plugins: Any, catalog: Catalog) -> tuple[Any, Any, Any]:
 
 def _select_accelerator(
     manager: PluginManager, ctx: SelectionContext, accelerator: Any, decisions: list[Decision]
-) -> tuple[_Choice, SelectionContext]:
+) -> tuple[Choice, SelectionContext]:
     from fabric_core.accelerators.accelerator import Accelerator
 
     check_type("accelerator", accelerator, Accelerator, "an Accelerator")
     if isinstance(accelerator, Accelerator):
         cls: type[Any] = type(accelerator)
-        choice = _Choice(instance=accelerator)
+        choice = Choice(instance=accelerator)
         decisions.append(Decision("accelerator", cls.__name__, "instance passed by the user"))
         return choice, dataclasses.replace(
             ctx, accelerator=cls.__name__, accelerator_class=cls, device_type=cls.device_type
@@ -263,23 +163,15 @@ def _select_accelerator(
             value=accelerator,
         )
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
-    decisions.append(
-        Decision(
-            "accelerator",
-            entry.name,
-            reason,
-            plugin=entry.plugin,
-            hook=_hook(plugin, "accelerator"),
-            target=entry.target,
-        )
-    )
-    return _Choice(entry=entry, options=options), dataclasses.replace(
+    decisions.append(_decided("accelerator", entry.name, reason, entry, plugin))
+    return Choice(entry=entry, options=options), dataclasses.replace(
         ctx, accelerator=entry.name, accelerator_class=cls, device_type=cls.device_type
     )
 
 
-def _hook(plugin: str | None, what: str) -> str | None:
-    return f"{plugin}.fabric_core_select_{what}" if plugin else None
+def _answering_hook(plugin: str | None, step: str) -> str | None:
+    """``"<plugin>.fabric_core_select_<step>"``: the selection hook implementation that answered, if one did."""
+    return f"{plugin}.fabric_core_select_{step}" if plugin else None
 
 
 def _select_devices(
@@ -343,37 +235,53 @@ def _tell_inferred(environment: str | None, per_node: int, nodes: int, num_nodes
 
 
 def _select_environment(
-    ctx: SelectionContext, explicit: Any, decisions: list[Decision]
-) -> tuple[_Choice, SelectionContext]:
-    if isinstance(explicit, _Choice):
-        choice, name = explicit, explicit.entry.name if explicit.entry else "?"
-        reason = "passed in plugins="
-    elif explicit is not None:
-        choice, name, reason = _Choice(instance=explicit), type(explicit).__name__, "instance passed in plugins="
+    ctx: SelectionContext, given: Any, decisions: list[Decision]
+) -> tuple[Choice, SelectionContext]:
+    """Decide the cluster environment: the one component built while deciding, as its answers decide devices."""
+    entry: Entry | None = None
+    if isinstance(given, (str, Spec)):
+        name, options = name_and_options(given)
+        entry = ctx.catalog.get("environment", name, argument="Fabric(plugins=...)")
+        instance, reason = entry.build(options), f"passed in {_IN_PLUGINS}"
+    elif given is not None:
+        instance, reason = given, f"instance passed in {_IN_PLUGINS}"
     else:
         candidates = sorted(ctx.catalog.selectable("environment"), key=lambda e: -e.priority)
         entry = next((e for e in candidates if e.is_available()), None)
         if entry is None:
             raise InvalidConfigError("No cluster environment is registered; is the built-in plugin blocked?")
-        choice, name, reason = _Choice(entry=entry), entry.name, "detected by its probe"
-    instance = choice.build()
-    choice = _Choice(instance=instance)
-    decisions.append(Decision("environment", name, reason))
-    return choice, dataclasses.replace(
+        instance, reason = entry.build(), "detected by its probe"
+    name = entry.name if entry is not None else type(instance).__name__
+    decisions.append(_decided("environment", name, reason, entry))
+    return Choice(instance=instance), dataclasses.replace(
         ctx, environment=name, creates_processes_externally=bool(instance.creates_processes_externally)
+    )
+
+
+def _decided(
+    step: str, value: str, reason: str, entry: Entry | None, answered_by: str | None = None, where: str | None = None
+) -> Decision:
+    """The record of one decision: ``answered_by`` is the plugin whose selection hook answered, ``where`` the
+    argument the component came in when it is not its own (``"plugins="``)."""
+    if where is not None:
+        reason = f"{reason} (in {where})"
+    if entry is None:
+        return Decision(step, value, reason)
+    return Decision(
+        step, value, reason, plugin=entry.plugin, hook=_answering_hook(answered_by, step), target=entry.target
     )
 
 
 def _select_strategy(
     manager: PluginManager, ctx: SelectionContext, strategy: Any, decisions: list[Decision]
-) -> tuple[_Choice, SelectionContext]:
+) -> tuple[Choice, SelectionContext]:
     from fabric_core.strategies.strategy import Strategy
 
     check_type("strategy", strategy, Strategy, "a Strategy")
     if isinstance(strategy, Strategy):
         cls: type[Any] = type(strategy)
         decisions.append(Decision("strategy", cls.__name__, "instance passed by the user"))
-        return _Choice(instance=strategy), dataclasses.replace(ctx, strategy=cls.__name__, strategy_class=cls)
+        return Choice(instance=strategy), dataclasses.replace(ctx, strategy=cls.__name__, strategy_class=cls)
     requested, options = name_and_options(strategy)
     answer, plugin = manager.select_strategy(requested, ctx)
     name, options = merge(answer, options)
@@ -387,23 +295,21 @@ def _select_strategy(
         )
     entry = ctx.catalog.get("strategy", name, argument="Fabric(strategy=...)")
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
-    decisions.append(
-        Decision(
-            "strategy", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "strategy"), target=entry.target
-        )
-    )
+    decisions.append(_decided("strategy", entry.name, reason, entry, plugin))
     cls = entry.load()
-    return _Choice(entry=entry, options=options), dataclasses.replace(ctx, strategy=entry.name, strategy_class=cls)
+    return Choice(entry=entry, options=options), dataclasses.replace(ctx, strategy=entry.name, strategy_class=cls)
 
 
 def _select_precision(
-    manager: PluginManager, ctx: SelectionContext, precision: Any, decisions: list[Decision]
-) -> tuple[_Choice, SelectionContext]:
+    manager: PluginManager, ctx: SelectionContext, precision: Any, decisions: list[Decision], where: str | None
+) -> tuple[Choice, SelectionContext]:
+    """Decide the precision given as ``precision=`` or (``where="plugins="``) inside ``plugins=``: one path."""
     from fabric_core.precision.precision import Precision
 
     if isinstance(precision, Precision):
-        decisions.append(Decision("precision", type(precision).__name__, "instance passed by the user"))
-        return _Choice(instance=precision), dataclasses.replace(ctx, precision=type(precision).precision)
+        reason = f"instance passed in {where}" if where else "instance passed by the user"
+        decisions.append(Decision("precision", type(precision).__name__, reason))
+        return Choice(instance=precision), dataclasses.replace(ctx, precision=type(precision).precision)
     if isinstance(precision, Spec):
         requested, options = name_and_options(precision)
         requested = normalize_precision(requested)
@@ -421,15 +327,11 @@ def _select_precision(
     if "device" not in options and accepts(factory, "device"):
         options["device"] = ctx.device_type
     reason = "requested" if name == requested else f"{requested!r} resolved to {name!r}"
-    decisions.append(
-        Decision(
-            "precision", entry.name, reason, plugin=entry.plugin, hook=_hook(plugin, "precision"), target=entry.target
-        )
-    )
-    return _Choice(entry=entry, options=options), dataclasses.replace(ctx, precision=requested)
+    decisions.append(_decided("precision", entry.name, reason, entry, plugin, where))
+    return Choice(entry=entry, options=options), dataclasses.replace(ctx, precision=requested)
 
 
-def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decision]) -> list[_Choice]:
+def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decision]) -> list[Choice]:
     if values is None:
         return []
     items = list(values) if isinstance(values, (list, tuple)) else [values]
@@ -438,14 +340,14 @@ def _select_many(catalog: Catalog, kind: str, values: Any, decisions: list[Decis
         if isinstance(item, (str, Spec)):
             name, options = name_and_options(item)
             entry = catalog.get(kind, name, argument=f"Fabric({kind}s=...)")
-            choices.append(_Choice(entry=entry, options=options))
+            choices.append(Choice(entry=entry, options=options))
             decisions.append(Decision(kind, entry.name, "requested", plugin=entry.plugin, target=entry.target))
         elif item is None:
             raise InvalidConfigError(f"`Fabric({kind}s=...)` contains None.", argument=f"{kind}s", value=values)
         else:
             if kind == "logger":
                 check_logger(item, values, catalog.names(kind))
-            choices.append(_Choice(instance=item))
+            choices.append(Choice(instance=item))
             decisions.append(Decision(kind, type(item).__name__, "instance passed by the user"))
     return choices
 
@@ -487,17 +389,21 @@ def select(
     ctx = SelectionContext(
         catalog=catalog, num_nodes=validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
     )
-    plugin_precision, checkpoint_io, plugin_environment = _sort_plugins(plugins, catalog)
-    check_one_precision(args["precision"], plugin_precision)
+    precision_in_plugins, checkpoint_io, environment_in_plugins = _sort_plugins_argument(plugins, catalog)
+    check_one_precision(args["precision"], precision_in_plugins)
     acc_choice, ctx = _select_accelerator(manager, ctx, args["accelerator"], decisions)
     # The environment before the devices: a scheduler that started the processes decides `devices="auto"`.
-    env_choice, ctx = _select_environment(ctx, plugin_environment, decisions)
+    env_choice, ctx = _select_environment(ctx, environment_in_plugins, decisions)
     ctx = _select_devices(ctx, args["devices"], decisions, env_choice.instance, args["strategy"])
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
     _check_strategy_instance(strategy_choice, args)
     check_device_count(ctx, args, strategy_choice.instance)
-    precision_arg = plugin_precision if plugin_precision is not None else args["precision"]
-    precision_choice, ctx = _select_precision(manager, ctx, precision_arg, decisions)
+    if precision_in_plugins is not None:
+        precision_choice, ctx = _select_precision(manager, ctx, precision_in_plugins, decisions, _IN_PLUGINS)
+    else:
+        precision_choice, ctx = _select_precision(manager, ctx, args["precision"], decisions, None)
+    if checkpoint_io is not None:
+        decisions.append(Decision("checkpoint_io", type(checkpoint_io).__name__, f"instance passed in {_IN_PLUGINS}"))
     manager.validate_selection(ctx)
     selection = Selection(
         context=ctx,
@@ -514,7 +420,7 @@ def select(
     return selection
 
 
-def _check_strategy_instance(choice: _Choice, args: Mapping[str, Any]) -> None:
+def _check_strategy_instance(choice: Choice, args: Mapping[str, Any]) -> None:
     """A strategy instance that carries its own accelerator or precision must not contradict the flags."""
     instance = choice.instance
     if instance is None:

@@ -104,6 +104,7 @@ def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
             devices=args.devices,
             num_nodes=args.num_nodes,
             precision=args.precision,
+            plugins=args.plugins,
         )
     rows = [[d.step, d.value, d.reason, d.plugin or "-", d.hook or "-", d.target or "-"] for d in selection.decisions]
     print(_table(rows, ["STEP", "CHOICE", "WHY", "PLUGIN", "HOOK", "BUILDS"]))
@@ -131,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--devices", default="auto")
     ex.add_argument("--num-nodes", "--num_nodes", dest="num_nodes", default=1, type=int)
     ex.add_argument("--precision", default=None)
+    ex.add_argument(
+        "--plugins",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="A precision or cluster environment name, as an item of Fabric(plugins=[...]); repeatable.",
+    )
 
     co = sub.add_parser(
         "consolidate",

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 from fabric_core import _fabric_checks as checks
 from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
+from fabric_core._assembly import assemble
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
-from fabric_core._selection import select
 from fabric_core._signature import call_with_accepted
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
@@ -93,7 +93,7 @@ class Fabric:
         loggers: Logger | list[Logger] | None = None,
         plugin_manager: PluginManager | None = None,
     ) -> None:
-        components = select(
+        components = assemble(
             plugin_manager,
             accelerator=accelerator,
             strategy=strategy,
@@ -103,7 +103,7 @@ class Fabric:
             plugins=plugins,
             loggers=loggers,
             callbacks=callbacks,
-        ).build()
+        )
         self._strategy: Strategy = components.strategy
         self._accelerator: Accelerator = components.accelerator
         self._precision: Precision = self._strategy.precision

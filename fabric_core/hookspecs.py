@@ -1,17 +1,19 @@
-"""The whole plugin contract of fabric-core.
+"""The hook specifications: the name, arguments and meaning of every hook a plugin implements.
 
-A plugin is a module (named by an entry point in the group ``fabric_core.plugins``) holding functions
-decorated with :data:`hookimpl`. It must import nothing heavy: registration hooks record strings, and the
-classes they name are imported only when a user chooses them.
+Plugins import the contract from :mod:`fabric_core.plugin_api` (``hookimpl``, ``Registry``,
+``SelectionContext``, ...); this module is where each hook is declared and documented, and what the plugin
+manager hands to pluggy. It imports no fabric-core module at run time, so anything may import it.
 
 Three families of hooks:
 
 * **Registration** (``fabric_core_register_*``): called once per plugin manager, at discovery. Each receives
-  a :class:`~fabric_core.Registry` for one kind of component and calls ``registry.add(...)``;
+  a :class:`~fabric_core.plugin_api.Registry` for one kind of component and calls ``registry.add(...)``;
   ``fabric_core_register_modules`` declares the Lightning import paths the plugin's modules serve.
-* **Selection** (``fabric_core_select_*``, ``firstresult``): called while ``Fabric(...)`` resolves its
-  arguments. Each maps what the user asked for to the catalog name that serves it here. The first plugin
+* **Selection** (``fabric_core_select_*``, ``firstresult``): called while ``Fabric(...)`` decides its
+  components. Each maps what the user asked for to the catalog name that serves it here. The first plugin
   to return something other than ``None`` decides; the core's own answer is a ``trylast`` implementation.
+  The plugin manager calls the implementations one by one rather than through pluggy's caller, to isolate a
+  broken plugin (see :mod:`fabric_core.plugin_api`).
 * **Validation** (``fabric_core_validate_selection``): called with the final selection; raise
   :class:`~fabric_core.errors.InvalidConfigError` to reject a combination.
 """
@@ -23,8 +25,8 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
+    from fabric_core._context import SelectionContext
     from fabric_core._registry import ModuleRegistry, Registry, Spec
-    from fabric_core._selection import SelectionContext
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -137,7 +139,7 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
         context: What is known so far (devices and num_nodes as passed, the catalog).
 
     Returns:
-        A catalog name or :class:`~fabric_core.Spec`, or ``None`` to leave the decision to others. The
+        A catalog name or :class:`~fabric_core.plugin_api.Spec`, or ``None`` to leave the decision to others. The
         core's fallback runs probes for ``"auto"`` and otherwise returns ``requested`` unchanged.
     """
 
@@ -155,7 +157,7 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
         context: The accelerator, device type, number of devices and nodes, and cluster environment.
 
     Returns:
-        A catalog name or :class:`~fabric_core.Spec`, or ``None`` to leave the decision to others. The
+        A catalog name or :class:`~fabric_core.plugin_api.Spec`, or ``None`` to leave the decision to others. The
         core's fallback turns ``"auto"`` with one device into ``"single_device"`` and otherwise returns
         ``requested`` unchanged.
     """
@@ -174,7 +176,7 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
         context: Everything chosen so far, including ``strategy_class``.
 
     Returns:
-        A catalog name or :class:`~fabric_core.Spec`, or ``None``. The core's fallback returns
+        A catalog name or :class:`~fabric_core.plugin_api.Spec`, or ``None``. The core's fallback returns
         ``requested`` unchanged (``"16-mixed"`` on CPU becomes ``"bf16-mixed"`` with a warning).
     """
 

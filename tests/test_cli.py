@@ -76,6 +76,14 @@ def test_explain_shows_each_decision(capsys: pytest.CaptureFixture[str]) -> None
     assert "single_device" in out and "lightning" in out
 
 
+def test_explain_shows_components_named_in_plugins(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--accelerator", "cpu", "--plugins", "bf16-mixed", "--plugins", "kubeflow"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "(in plugins=)" in rows["precision"] and "builtin.fabric_core_select_precision" in rows["precision"]
+    assert "fabric_core.precision.mixed:MixedPrecision" in rows["precision"]
+    assert "passed in plugins=" in rows["environment"] and "KubeflowEnvironment" in rows["environment"]
+
+
 def test_explain_reports_bad_names_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--strategy", "singel_device"]) == 2
     err = capsys.readouterr().err

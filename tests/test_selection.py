@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fabric_core import spec
+from fabric_core._assembly import build
 from fabric_core._manager import plugin_module
 from fabric_core._selection import select
 from fabric_core.errors import (
@@ -35,7 +36,7 @@ def test_defaults_resolve_to_one_cpu_device_and_fp32() -> None:
         "lightning",
     )
     assert ctx.parallel_devices == (torch.device("cpu"),)
-    built = selection.build()
+    built = build(selection)
     assert type(built.strategy).__name__ == "SingleDeviceStrategy"
     assert built.strategy.root_device == torch.device("cpu")
     assert built.strategy.precision is built.precision
@@ -69,7 +70,7 @@ def test_16_mixed_on_cpu_becomes_bf16_mixed_with_a_warning() -> None:
     with pytest.warns(FabricCoreWarning, match="bf16-mixed"):
         selection = choose(precision="16-mixed")
     assert selection.precision.entry is not None and selection.precision.entry.name == "bf16-mixed"
-    assert selection.build().precision.__class__.__name__ == "MixedPrecision"
+    assert build(selection).precision.__class__.__name__ == "MixedPrecision"
 
 
 def test_mixed_precision_receives_the_device_type() -> None:
@@ -203,7 +204,7 @@ BAD_VALUES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"precision": "nf4"}, UnknownNameError, r"pip install fabric-core-bitsandbytes"),
     ({"precision": 16.0}, InvalidConfigError, r"Precision 16.0 is invalid"),
     ({"plugins": 42}, ArgumentTypeError, r"invalid type for plugin 42.*Precision, CheckpointIO"),
-    ({"plugins": ["slurmm"]}, UnknownNameError, r"plugin 'slurmm'.*Did you mean 'slurm'"),
+    ({"plugins": ["slurmm"]}, UnknownNameError, r"precision or cluster environment 'slurmm'.*Did you mean 'slurm'"),
     ({"plugins": ["slurm", "lsf"]}, InvalidConfigError, r"multiple values for environment"),
     ({"plugins": ["64-true"], "precision": "32-true"}, InvalidConfigError, r"Received both"),
     ({"loggers": "tensorbaord"}, UnknownNameError, r"Did you mean 'tensorboard'"),

@@ -1,4 +1,4 @@
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import hookimpl
 
 
 @hookimpl

@@ -7,16 +7,16 @@ from pathlib import Path
 import torch
 
 from fabric_core import Fabric, spec
-from fabric_core._selection import select
 from fabric_core.testing import check_plugin, fake_distribution, make_manager
 from fabric_core_myplugin import _plugin
 
 
 def test_name_resolves_through_an_isolated_manager() -> None:
-    selection = select(make_manager(("myplugin", _plugin)), callbacks=spec("loss_history", every_n_steps=2))
-    choice = selection.callbacks[0]
-    assert choice.entry is not None and choice.entry.plugin == "myplugin"
-    assert choice.options == {"every_n_steps": 2}
+    manager = make_manager(("myplugin", _plugin))
+    entry = manager.catalog.get("callback", "loss_history")
+    assert (entry.plugin, entry.target) == ("myplugin", "fabric_core_myplugin.callback:LossHistory")
+    fabric = Fabric(accelerator="cpu", callbacks=spec("loss_history", every_n_steps=2), plugin_manager=manager)
+    assert fabric._callbacks[0].every_n_steps == 2
 
 
 def test_callback_receives_losses_in_a_real_fabric() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import ModuleRegistry, Registry
+    from fabric_core.plugin_api import ModuleRegistry, Registry
 
 _PRECISION: Final = "fabric_core_bitsandbytes.precision:BitsandbytesPrecision"
 #: Each mode and what it does to the model's ``nn.Linear`` layers.

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fabric_core import Fabric, spec
+from fabric_core._assembly import build
 from fabric_core._registry import Registry
 from fabric_core._selection import select
 from fabric_core.errors import UnknownNameError
@@ -59,14 +60,14 @@ def test_importing_the_registration_module_imports_neither_torch_nor_bitsandbyte
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_is_selectable_by_name(mode: str) -> None:
     selection = select(manager(), accelerator="cpu", devices=1, precision=mode)
-    built = selection.build().precision
+    built = build(selection).precision
     assert isinstance(built, BitsandbytesPrecision) and built.mode == mode
     assert selection.context.precision == mode
 
 
 def test_options_through_spec() -> None:
     selection = select(manager(), accelerator="cpu", devices=1, precision=spec("nf4", ignore_modules=["head"]))
-    assert selection.build().precision.ignore_modules == frozenset({"head"})
+    assert build(selection).precision.ignore_modules == frozenset({"head"})
 
 
 def test_an_unknown_mode_names_the_close_one() -> None:

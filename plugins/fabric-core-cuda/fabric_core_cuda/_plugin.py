@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.errors import AmbiguousNameError, InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import AmbiguousNameError, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Catalog, ModuleRegistry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import Catalog, ModuleRegistry, Registry, SelectionContext
 
 #: Above the cpu (0), below XLA (30); mps shares the band: no machine has both.
 PRIORITY: Final = 20

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from fabric_core._assembly import build
 from fabric_core._manager import PluginManager, plugin_module
 from fabric_core._selection import Selection, select
 from fabric_core.errors import InvalidConfigError, UnknownNameError
@@ -95,7 +96,7 @@ def test_cuda_with_one_gpu_is_a_single_device_on_cuda_0(gpus: Callable[[int], No
     ctx = selection.context
     assert (ctx.accelerator, ctx.device_type, ctx.strategy) == ("cuda", "cuda", "single_device")
     assert ctx.parallel_devices == (torch.device("cuda", 0),)
-    built = selection.build()
+    built = build(selection)
     assert isinstance(built.accelerator, CUDAAccelerator)
     assert built.accelerator.process_group_backend == "nccl"
     assert built.strategy.root_device == torch.device("cuda", 0)
@@ -176,7 +177,7 @@ def test_16_mixed_on_cuda_autocasts_on_cuda_with_a_cuda_grad_scaler(gpus: Callab
     assert selection.precision.options == {"device": "cuda"}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "torch.cuda.amp.GradScaler is enabled, but CUDA is not available")
-        precision = selection.build().precision
+        precision = build(selection).precision
     assert (type(precision).__name__, precision.precision, precision.device) == ("MixedPrecision", "16-mixed", "cuda")
     assert precision.scaler is not None
     assert precision.scaler._device == "cuda"
@@ -184,7 +185,7 @@ def test_16_mixed_on_cuda_autocasts_on_cuda_with_a_cuda_grad_scaler(gpus: Callab
 
 def test_bf16_mixed_on_cuda_has_no_scaler(gpus: Callable[[int], None]) -> None:
     gpus(1)
-    precision = choose(accelerator="cuda", precision="bf16-mixed").build().precision
+    precision = build(choose(accelerator="cuda", precision="bf16-mixed")).precision
     assert (precision.device, precision.scaler) == ("cuda", None)
 
 

@@ -6,12 +6,10 @@ import multiprocessing
 import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import ModuleRegistry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
 
 _DDP: Final = "fabric_core_ddp.ddp:DDPStrategy"
 _DP: Final = "fabric_core_ddp.dp:DataParallelStrategy"

@@ -11,6 +11,7 @@ from importlib import metadata
 import pytest
 import torch
 
+from fabric_core._assembly import build
 from fabric_core._manager import PluginManager
 from fabric_core._registry import Registry, Spec
 from fabric_core._selection import SelectionContext, select
@@ -122,7 +123,7 @@ def test_fork_where_the_platform_cannot_is_rejected(monkeypatch: pytest.MonkeyPa
     [("ddp", "SubprocessScriptLauncher", "popen"), ("ddp_spawn", "MultiProcessingLauncher", "spawn")],
 )
 def test_built_strategy_has_the_launcher_of_its_start_method(name: str, launcher: str, start_method: str) -> None:
-    strategy = select(manager(), accelerator="cpu", devices=2, strategy=name).build().strategy
+    strategy = build(select(manager(), accelerator="cpu", devices=2, strategy=name)).strategy
     assert type(strategy).__name__ == "DDPStrategy"
     assert strategy.start_method == start_method
     assert type(strategy.launcher).__name__ == launcher
@@ -131,5 +132,5 @@ def test_built_strategy_has_the_launcher_of_its_start_method(name: str, launcher
 
 def test_spec_options_reach_distributed_data_parallel() -> None:
     choice = Spec("ddp", {"static_graph": True, "bucket_cap_mb": 5})
-    strategy = select(manager(), accelerator="cpu", devices=2, strategy=choice).build().strategy
+    strategy = build(select(manager(), accelerator="cpu", devices=2, strategy=choice)).strategy
     assert strategy.ddp_kwargs == {"static_graph": True, "bucket_cap_mb": 5}

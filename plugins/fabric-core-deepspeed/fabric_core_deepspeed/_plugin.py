@@ -7,12 +7,10 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Final
 
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import ModuleRegistry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
 
 _STRATEGY: Final = "fabric_core_deepspeed.strategy:DeepSpeedStrategy"
 _PRECISION: Final = "fabric_core_deepspeed.precision:DeepSpeedPrecision"

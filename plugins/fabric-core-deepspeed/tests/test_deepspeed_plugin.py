@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fabric_core import spec
+from fabric_core._assembly import build
 from fabric_core._registry import Registry
 from fabric_core._selection import select
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError, UnknownNameError
@@ -77,8 +78,8 @@ def test_importing_the_registration_module_imports_neither_torch_nor_deepspeed()
 def test_building_the_strategy_does_not_import_deepspeed() -> None:
     code = (
         "import sys; from fabric_core._selection import select; from fabric_core.testing import make_manager; "
-        "from fabric_core_deepspeed import _plugin; "
-        "s = select(make_manager(('deepspeed', _plugin)), accelerator='cpu', devices=2, strategy='deepspeed').build(); "
+        "from fabric_core._assembly import build; from fabric_core_deepspeed import _plugin; "
+        "s = build(select(make_manager(('deepspeed', _plugin)), accelerator='cpu', devices=2, strategy='deepspeed')); "
         "sys.exit(1 if 'deepspeed' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -87,7 +88,7 @@ def test_building_the_strategy_does_not_import_deepspeed() -> None:
 
 @pytest.mark.parametrize("name", sorted(_plugin.STRATEGIES))
 def test_every_name_builds_a_connected_deepspeed_strategy(name: str) -> None:
-    built = choose(strategy=name).build()
+    built = build(choose(strategy=name))
     strategy = built.strategy
     assert type(strategy) is DeepSpeedStrategy
     assert strategy.requires_joint_setup is True
@@ -104,26 +105,26 @@ def test_precision_strings_select_deepspeeds_precision(precision: Any) -> None:
     decision = next(d for d in selection.decisions if d.step == "precision")
     assert decision.value == f"deepspeed-{expected}"
     assert decision.hook == "deepspeed.fabric_core_select_precision"
-    built = selection.build().precision
+    built = build(selection).precision
     assert isinstance(built, DeepSpeedPrecision) and built.precision == expected
 
 
 def test_16_mixed_on_cpu_becomes_bf16_mixed_with_a_warning() -> None:
     with pytest.warns(FabricCoreWarning, match="bf16-mixed"):
         selection = choose(strategy="deepspeed", precision="16-mixed")
-    assert selection.build().precision.precision == "bf16-mixed"
+    assert build(selection).precision.precision == "bf16-mixed"
 
 
 def test_a_strategy_instance_also_gets_deepspeeds_precision() -> None:
     selection = choose(strategy=DeepSpeedStrategy(stage=3), precision="bf16-mixed")
-    strategy = selection.build().strategy
+    strategy = build(selection).strategy
     assert strategy.precision.precision == "bf16-mixed"
     assert strategy.config["bf16"] == {"enabled": True}
 
 
 def test_other_strategies_keep_the_core_precisions() -> None:
     selection = select(make_manager(("deepspeed", _plugin)), accelerator="cpu", devices=1, precision="bf16-mixed")
-    assert type(selection.build().precision).__name__ == "MixedPrecision"
+    assert type(build(selection).precision).__name__ == "MixedPrecision"
 
 
 @pytest.mark.parametrize("precision", ["64-true", 64, "64"])
@@ -138,13 +139,11 @@ def test_a_foreign_precision_instance_is_rejected() -> None:
     with pytest.raises(InvalidConfigError, match=r"needs a `DeepSpeedPrecision`, got `Precision`"):
         from fabric_core.precision.precision import Precision
 
-        choose(strategy=DeepSpeedStrategy(precision=Precision())).build()
+        build(choose(strategy=DeepSpeedStrategy(precision=Precision())))
 
 
 def test_options_through_spec_reach_the_strategy() -> None:
-    strategy = (
-        choose(strategy=spec("deepspeed_stage_3_offload", pin_memory=True, start_method="spawn")).build().strategy
-    )
+    strategy = build(choose(strategy=spec("deepspeed_stage_3_offload", pin_memory=True, start_method="spawn"))).strategy
     assert strategy.zero_stage == 3
     assert strategy.config["zero_optimization"]["offload_param"]["pin_memory"] is True
     assert type(strategy.launcher).__name__ == "MultiProcessingLauncher"
@@ -159,7 +158,7 @@ def test_the_strategy_pickles_without_its_engines() -> None:
     import pickle
 
     # Spawned workers receive a pickled copy of the strategy.
-    strategy = choose(strategy=spec("deepspeed", start_method="spawn")).build().strategy
+    strategy = build(choose(strategy=spec("deepspeed", start_method="spawn"))).strategy
     strategy._engines.append(torch.nn.Linear(1, 1))
     copy = pickle.loads(pickle.dumps(strategy))
     assert copy._engines == [] and copy.config == strategy.config

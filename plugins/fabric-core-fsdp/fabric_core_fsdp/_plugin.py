@@ -5,12 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import ModuleRegistry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
 
 _FSDP: Final = "fabric_core_fsdp.fsdp:FSDPStrategy"
 _MODEL_PARALLEL: Final = "fabric_core_fsdp.model_parallel:ModelParallelStrategy"

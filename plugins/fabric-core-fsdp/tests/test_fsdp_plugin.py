@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fabric_core import spec
+from fabric_core._assembly import build
 from fabric_core._registry import Registry
 from fabric_core._selection import select
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
@@ -62,7 +63,7 @@ def test_registration_adds_one_fsdp_precision_entry_per_precision() -> None:
 def test_fsdp_gets_the_fsdp_precision(precision: str) -> None:
     selection = choose(devices=2, strategy="fsdp", precision=precision)
     assert selection.precision.entry.name == f"fsdp-{precision}"
-    built = selection.build()
+    built = build(selection)
     assert isinstance(built.strategy, FSDPStrategy)
     assert isinstance(built.precision, FSDPPrecision) and built.precision.precision == precision
     assert built.precision.device == "cpu"
@@ -81,34 +82,34 @@ def test_other_strategies_keep_the_core_precisions() -> None:
 
 
 def test_the_selected_strategy_gets_the_policy_of_its_precision() -> None:
-    built = choose(devices=2, strategy="fsdp", precision="bf16-mixed").build()
+    built = build(choose(devices=2, strategy="fsdp", precision="bf16-mixed"))
     policy = built.strategy.mixed_precision_policy
     assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
 
 
 def test_strategy_options_come_through_spec() -> None:
-    built = choose(devices=2, strategy=spec("fsdp", sharding_strategy="SHARD_GRAD_OP")).build()
+    built = build(choose(devices=2, strategy=spec("fsdp", sharding_strategy="SHARD_GRAD_OP")))
     assert built.strategy.reshard_after_forward is False
     assert built.strategy.start_method == "popen"
     assert type(built.strategy.launcher).__name__ == "SubprocessScriptLauncher"
 
 
 def test_spawn_start_method_uses_the_multiprocessing_launcher() -> None:
-    built = choose(devices=2, strategy=spec("fsdp", start_method="spawn")).build()
+    built = build(choose(devices=2, strategy=spec("fsdp", start_method="spawn")))
     assert type(built.strategy.launcher).__name__ == "MultiProcessingLauncher"
 
 
 def test_cpu_offload_on_the_cpu_accelerator_explains_why_it_cannot_run() -> None:
     selection = choose(devices=2, strategy="fsdp_cpu_offload")
     with pytest.raises(InvalidConfigError, match="Cannot access accelerator device when none is available"):
-        selection.build()
+        build(selection)
 
 
 def test_model_parallel_is_selected_by_name_with_its_function() -> None:
     def parallelize(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
         return model
 
-    built = choose(devices=2, strategy=spec("model_parallel", parallelize_fn=parallelize)).build()
+    built = build(choose(devices=2, strategy=spec("model_parallel", parallelize_fn=parallelize)))
     assert isinstance(built.strategy, ModelParallelStrategy)
     assert type(built.precision).__name__ == "Precision"  # the core's: parallelize_fn owns FSDP's policy
 
@@ -124,7 +125,7 @@ def test_model_parallel_rejects_precisions_it_cannot_run(precision: str) -> None
 def test_model_parallel_without_a_function_says_how_to_pass_one() -> None:
     selection = choose(devices=2, strategy="model_parallel")
     with pytest.raises(InvalidConfigError, match=r"spec\('model_parallel', parallelize_fn=parallelize\)"):
-        selection.build()
+        build(selection)
 
 
 def test_a_plugin_manager_discovers_it() -> None:

@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 import torch
 
+from fabric_core._assembly import build
 from fabric_core._manager import PluginManager, plugin_module
 from fabric_core._selection import Selection, select
 from fabric_core.errors import InvalidConfigError
@@ -82,7 +83,7 @@ def test_mps_is_one_device_with_a_single_process(mac: None) -> None:
     ctx = selection.context
     assert (ctx.accelerator, ctx.device_type, ctx.strategy) == ("mps", "mps", "single_device")
     assert ctx.parallel_devices == (torch.device("mps", 0),)
-    assert isinstance(selection.build().accelerator, MPSAccelerator)
+    assert isinstance(build(selection).accelerator, MPSAccelerator)
 
 
 @pytest.mark.parametrize("devices", [1, -1, "1", "-1", "0,", [0], "auto"])

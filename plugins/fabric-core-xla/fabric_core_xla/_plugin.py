@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import InvalidConfigError, hookimpl
 from fabric_core_xla._names import PRECISIONS, STRATEGIES, precision_entry
 
 if TYPE_CHECKING:
-    from fabric_core._registry import ModuleRegistry, Registry
-    from fabric_core._selection import SelectionContext
+    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
 
 #: Above every other accelerator: a host with TPUs wants them, even if it also has a GPU.
 PRIORITY: Final = 30

@@ -1,0 +1,99 @@
+"""The plugin contract: everything a fabric-core plugin imports, and nothing that imports torch.
+
+A *plugin* (an entry-point plugin) is a distribution that names a module in the entry-point group
+``fabric_core.plugins``. That module holds functions decorated with :data:`hookimpl` whose names are the hooks
+below. It imports from this module only (and, in the classes it registers, from public fabric-core modules
+such as ``fabric_core.strategies``)::
+
+    from fabric_core.plugin_api import Registry, SelectionContext, hookimpl
+
+    @hookimpl
+    def fabric_core_register_strategies(registry: Registry) -> None:
+        registry.add("my_strategy", "my_plugin.strategy:MyStrategy", description="...")
+
+Importing this module imports neither torch nor any plugin, so a registration module that imports only it
+stays light: it is imported for every ``Fabric(...)`` and every ``fabric-core list-plugins``.
+
+The hooks (:data:`HOOKS`; each is documented in :mod:`fabric_core.hookspecs`) come in three families:
+
+* **Registration** (``fabric_core_register_*``): called once per plugin manager. Each receives a
+  :class:`Registry` for one of the :data:`KINDS` and records ``"module:Class"`` strings with
+  :meth:`Registry.add`; ``fabric_core_register_modules`` receives a :class:`ModuleRegistry`.
+* **Selection** (``fabric_core_select_*``): called while ``Fabric(...)`` decides its components. Each maps
+  what the user asked for to a catalog name or a :class:`Spec`, given a :class:`SelectionContext`; ``None``
+  leaves the decision to others. The first answer wins and becomes a :class:`Decision` that
+  ``fabric-core explain`` shows with the plugin and hook that made it.
+* **Validation** (``fabric_core_validate_selection``): every implementation sees the final
+  :class:`SelectionContext` and raises :class:`InvalidConfigError` to reject a combination.
+
+How hooks are called. The plugin manager does not use pluggy's own caller for the selection hooks (declared
+``firstresult``) nor for validation: it walks the implementations itself, in pluggy's order (``tryfirst``
+first, the core's ``trylast`` fallback last), and calls them one at a time. That is deliberate: an
+implementation that raises anything but a :class:`FabricCoreError` (a deliberate rejection), or that answers
+something other than a name, a ``spec(...)`` or ``None``, marks *its* plugin failed, is named in a warning,
+and is skipped, so one broken plugin cannot break ``Fabric(...)`` for the others; and the answer comes back
+with the name of the plugin that gave it, which the recorded decision needs. What that gives up: hook
+wrappers (``wrapper=True``/``hookwrapper=True`` implementations are refused when the plugin loads, as
+nothing would run them), pluggy's call tracing and monitoring (``add_hookcall_monitoring``,
+``enable_tracing``) around these calls, and pluggy's compiled call loop (selection runs once per
+``Fabric(...)``, so the loop in Python costs nothing that matters). Registration hooks are called the same
+way, one plugin at a time, so a registration that raises fails its plugin only.
+
+Errors a plugin raises: :class:`InvalidConfigError` (a bad combination or option; also a ``ValueError``),
+:class:`ArgumentTypeError` (a value of the wrong type; also a ``TypeError``),
+:class:`AcceleratorUnavailableError` and :class:`EnvironmentSetupError` (also ``RuntimeError``\\ s). All
+derive from :class:`FabricCoreError`; warnings derive from :class:`FabricCoreWarning`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fabric_core import hookspecs
+from fabric_core._context import Decision, SelectionContext
+from fabric_core._registry import KINDS, Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec, spec
+from fabric_core.errors import (
+    AcceleratorUnavailableError,
+    AmbiguousNameError,
+    ArgumentTypeError,
+    EnvironmentSetupError,
+    FabricCoreError,
+    FabricCoreWarning,
+    InvalidConfigError,
+    PluginWarning,
+    PossibleUserWarning,
+    UnknownNameError,
+    UnknownOptionError,
+)
+from fabric_core.hookspecs import PROJECT, hookimpl
+
+__all__ = [
+    "HOOKS",
+    "KINDS",
+    "PROJECT",
+    "AcceleratorUnavailableError",
+    "AmbiguousNameError",
+    "ArgumentTypeError",
+    "Catalog",
+    "Decision",
+    "Entry",
+    "EnvironmentSetupError",
+    "FabricCoreError",
+    "FabricCoreWarning",
+    "InvalidConfigError",
+    "ModuleDeclaration",
+    "ModuleRegistry",
+    "PluginWarning",
+    "PossibleUserWarning",
+    "Registry",
+    "SelectionContext",
+    "Spec",
+    "UnknownNameError",
+    "UnknownOptionError",
+    "hookimpl",
+    "hookspecs",
+    "spec",
+]
+
+#: The name of every hook a plugin may implement, in the order :mod:`fabric_core.hookspecs` declares them.
+HOOKS: Final = tuple(name for name in vars(hookspecs) if name.startswith(f"{PROJECT}_"))
