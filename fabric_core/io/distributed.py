@@ -23,6 +23,7 @@ from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
 from fabric_core.io._folder import OpenFolder, read_one_folder
 from fabric_core.io.atomic import atomic_write, committed_path
+from fabric_core.utilities.types import PathLike
 
 __all__ = [
     "META_FILE",
@@ -41,7 +42,6 @@ __all__ = [
 #: The file of non-tensor values inside a sharded checkpoint folder.
 META_FILE: Final = "meta.pt"
 _DCP_METADATA: Final = ".metadata"
-PathLike = str | os.PathLike[str]
 
 
 def is_distributed_checkpoint(path: PathLike) -> bool:

@@ -12,14 +12,15 @@ import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, ClassVar, Final
 
 import torch
 
 from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError, UnsafeCheckpointError
 from fabric_core.io.atomic import atomic_write, existing_committed_path
-from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
+from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.utilities.apply_func import apply_to_collection
+from fabric_core.utilities.types import PathLike
 
 __all__ = ["TorchCheckpointIO", "atomic_write"]
 
@@ -216,6 +217,8 @@ class TorchCheckpointIO(CheckpointIO):
             tools (``unzip -t``, Python's ``zipfile``) must be able to verify.
     """
 
+    #: ``load_checkpoint(..., mmap=True)`` maps the file (see there).
+    supports_mmap: ClassVar[bool] = True
     #: Also the default of subclasses whose ``__init__`` does not call this one's.
     zip_crc32: bool = False
 

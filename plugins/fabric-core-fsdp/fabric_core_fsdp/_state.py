@@ -39,7 +39,8 @@ from fabric_core.io.distributed import (
     read_meta,
     safe_load_planner,
 )
-from fabric_core.strategies.strategy import Stateful, put_filtered
+from fabric_core.strategies.strategy import put_filtered
+from fabric_core.utilities.types import Stateful
 
 if TYPE_CHECKING:
     from fabric_core_fsdp._sharded import ShardedStrategy
