@@ -10,7 +10,6 @@ from fabric_core.utilities.types import PathLike
 __all__ = ["CheckpointIO"]
 
 
-
 class CheckpointIO(ABC):
     """Writes and reads one checkpoint file.
 
