@@ -22,8 +22,8 @@ import torch
 from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
 from fabric_core.io._file import read_open_file
-from fabric_core.io._folder import OpenFolder, read_one_folder
 from fabric_core.io.atomic import atomic_write, committed_path
+from fabric_core.io.folder import OpenFolder, read_one_folder
 from fabric_core.utilities.types import PathLike
 
 __all__ = [
@@ -186,7 +186,7 @@ def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any 
 
     Raises:
         FileNotFoundError: ``meta.pt`` is missing because the folder was deleted under the read (a retry
-            of :func:`~fabric_core.io._folder.read_one_folder` reads the new one).
+            of :func:`~fabric_core.io.folder.read_one_folder` reads the new one).
     """
     if checkpoint_io is not None:
         meta_file = folder.root / META_FILE

@@ -25,7 +25,6 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
-from fabric_core.io._folder import ATTEMPTS, OpenFolder, gave_up, vanished
 from fabric_core.io.atomic import existing_committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
@@ -39,6 +38,7 @@ from fabric_core.io.distributed import (
     read_meta,
     safe_load_planner,
 )
+from fabric_core.io.folder import ATTEMPTS, OpenFolder, gave_up, vanished
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.types import Stateful
