@@ -16,7 +16,6 @@ from fabric_core_deepspeed._trust import check_pickles
 __all__ = ["consolidate"]
 
 
-
 def consolidate(
     folder: PathLike, output: PathLike | None = None, *, tag: str | None = None, weights_only: bool | None = None
 ) -> Path:
