@@ -107,7 +107,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         # `fabric_core.strategies.fsdp.FSDPStrategy` after a bare `import fabric_core`, as with Lightning
-        from fabric_core._lazy import submodule
+        from fabric_core._deferred import submodule
 
         return submodule(__name__, name)
     value = getattr(importlib.import_module(module), name)

@@ -11,44 +11,12 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from fabric_core._deferred import submodule
+
 if TYPE_CHECKING:
     from fabric_core._registry import Catalog
 
-__all__ = ["class_getattr", "reexports", "submodule"]
-
-
-def reexports(module: str, where: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that imports each name of ``where`` (``{name: source module}``) on first access.
-
-    For Lightning paths whose names live elsewhere in fabric-core, so that importing the path stays light.
-    """
-
-    def __getattr__(name: str) -> Any:
-        source = where.get(name)
-        if source is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(source), name)
-
-    return __getattr__
-
-
-def submodule(package: str, name: str) -> Any:
-    """Import ``package.name`` for an attribute access (``fabric_core.strategies.fsdp``).
-
-    Raises:
-        AttributeError: There is no such module, with the reason (e.g. the ``pip install`` hint) when one is
-            known; an ``AttributeError`` so that ``hasattr`` and ``getattr(..., default)`` keep working.
-    """
-    if name.startswith("_") or not name.isidentifier():
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    full = f"{package}.{name}"
-    try:
-        return importlib.import_module(full)
-    except ModuleNotFoundError as exc:
-        if exc.name != full:
-            raise  # the submodule exists but something it imports does not
-        detail = "" if str(exc) == f"No module named {full!r}" else f" ({exc})"  # e.g. how to install it
-        raise AttributeError(f"module {package!r} has no attribute {name!r}{detail}") from exc
+__all__ = ["class_getattr"]
 
 
 _MISSING: Any = object()

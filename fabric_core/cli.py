@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fabric_core._lazy import reexports
+from fabric_core._deferred import reexports
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError

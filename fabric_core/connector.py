@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fabric_core._lazy import reexports
+from fabric_core._deferred import reexports
 
 if TYPE_CHECKING:
     from fabric_core.accelerators.registry import ACCELERATOR_REGISTRY

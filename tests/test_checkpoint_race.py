@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fabric_core.errors import CheckpointError
-from fabric_core.io import torch_io
+from fabric_core.io import _file
 from fabric_core.io.torch_io import TorchCheckpointIO
 
 # Versions differ in the number of tensors and in their sizes, so that the records of one version lie at
@@ -66,7 +66,7 @@ def test_loads_racing_a_saver_each_read_exactly_one_checkpoint(
     # The mapped load (what fabric.load does for modules) is the one at risk; it gets the 30 s soak. Without
     # /proc/self/fd (macOS, Windows) it verifies the file's identity around the load instead.
     if not descriptor_names:
-        monkeypatch.setattr(torch_io, "_FD_FOLDER", tmp_path / "no-such-folder")
+        monkeypatch.setattr(_file, "_FD_FOLDER", tmp_path / "no-such-folder")
     target, stop = tmp_path / "last.ckpt", tmp_path / "stop"
     saver = subprocess.Popen(
         [sys.executable, "-c", _SAVER, str(target), str(stop), str(_VERSIONS)], stdout=subprocess.PIPE, text=True

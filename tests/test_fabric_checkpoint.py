@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from fabric_core.fabric import Fabric
+from fabric_core.io.checkpoint_io import CheckpointIO
+from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.testing import make_manager
 from fabric_core.wrappers import FabricModule, FabricOptimizer
 
@@ -332,3 +334,51 @@ def test_load_with_weights_only_false_reads_the_file(tmp_path: Path, torch_load_
     assert torch_load_calls[-1]["mmap"] is True
     fabric.load(path)  # no module: everything is returned, read as usual
     assert "mmap" not in torch_load_calls[-1]
+
+
+class _MappingWithoutSaying(TorchCheckpointIO):
+    """Takes ``mmap`` by name but declares it cannot map: it must never be asked to."""
+
+    supports_mmap = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, Any]] = []
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any = None, weights_only: bool | None = None, *, mmap: bool = False
+    ) -> Any:
+        self.calls.append({"mmap": True} if mmap else {})
+        return super().load_checkpoint(path, map_location, weights_only, mmap=mmap)
+
+
+class _DeclaredThroughKwargs(_MappingWithoutSaying):
+    """Declares the capability; its ``**kwargs`` signature would hide ``mmap`` from signature sniffing."""
+
+    supports_mmap = True
+
+    def load_checkpoint(
+        self, path: Any, map_location: Any = None, weights_only: bool | None = None, **kwargs: Any
+    ) -> Any:
+        return super().load_checkpoint(path, map_location, weights_only, **kwargs)
+
+
+def test_mmap_is_asked_of_a_checkpoint_io_by_its_declaration_not_its_signature(
+    tmp_path: Path, torch_load_calls: list[dict[str, Any]]
+) -> None:
+    assert TorchCheckpointIO.supports_mmap and not CheckpointIO.supports_mmap
+    path = tmp_path / "checkpoint.pt"
+    undeclared = _MappingWithoutSaying()
+    fabric = make_fabric(plugins=[undeclared])
+    model, _, _ = trained_objects(fabric)
+    fabric.save(path, {"model": model})
+    fabric.load(path, {"model": model})
+    assert undeclared.calls == [{}]  # accepts `mmap`, did not declare it: read as usual
+    assert "mmap" not in torch_load_calls[-1]
+
+    declared = _DeclaredThroughKwargs()
+    fabric = make_fabric(plugins=[declared])
+    model, _, _ = trained_objects(fabric)
+    fabric.load(path, {"model": model})
+    assert declared.calls == [{"mmap": True}]
+    assert torch_load_calls[-1]["mmap"] is True

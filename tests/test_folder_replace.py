@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fabric_core.errors import CheckpointError
-from fabric_core.io import _folder as reading
 from fabric_core.io import atomic
+from fabric_core.io import folder as reading
 from fabric_core.io.atomic import atomic_write, committed_path, remove_stale_temps, replace_path, temp_path_for
 from fabric_core.io.distributed import load_distributed_checkpoint
 from fabric_core.io.torch_io import TorchCheckpointIO
@@ -134,7 +134,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from fabric_core.errors import CheckpointError
-from fabric_core.io import _folder as reading
+from fabric_core.io import folder as reading
 from fabric_core.io import atomic
 from fabric_core.io.torch_io import TorchCheckpointIO
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fabric_core.errors import CheckpointError
-from fabric_core.io._safe_pickle import RefusedGlobal, check_torch_file, load_restricted, scan
+from fabric_core.io.safe_pickle import RefusedGlobal, check_torch_file, load_restricted, scan
 from fabric_core.testing.payloads import Payload, executions
 
 SYSTEM = ("posix", "system") if os.name == "posix" else ("nt", "system")

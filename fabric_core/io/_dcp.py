@@ -29,8 +29,8 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 
 from fabric_core.errors import CheckpointError, UnsafeCheckpointError
-from fabric_core.io._folder import OpenFolder
-from fabric_core.io._safe_pickle import RefusedGlobal, load_restricted, refused_error
+from fabric_core.io.folder import OpenFolder
+from fabric_core.io.safe_pickle import RefusedGlobal, load_restricted, refused_error
 
 __all__ = ["SafeFileSystemReader", "dcp_errors", "metadata_globals", "safe_load_planner"]
 
@@ -80,8 +80,8 @@ class SafeFileSystemReader(FileSystemReader):
     """A ``FileSystemReader`` that reads ``.metadata`` with an allow-list and checks shard files before reading.
 
     Args:
-        path: The checkpoint folder: an :class:`~fabric_core.io._folder.OpenFolder` to read one folder while
-            another process may replace it (see :func:`~fabric_core.io._folder.read_one_folder`).
+        path: The checkpoint folder: an :class:`~fabric_core.io.folder.OpenFolder` to read one folder while
+            another process may replace it (see :func:`~fabric_core.io.folder.read_one_folder`).
         weights_only: ``None``/``True``: ``.metadata`` may name only :func:`metadata_globals`; ``False``:
             torch's plain unpickling (a folder you trust).
     """

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol, TypeVar
 
+from fabric_core.utilities.types import PathLike
+
 __all__ = [
     "atomic_write",
     "committed_path",
@@ -33,7 +35,6 @@ __all__ = [
     "write_folder_collectively",
 ]
 
-PathLike = str | os.PathLike[str]
 _T = TypeVar("_T")
 
 TEMP_SUFFIX: Final = ".tmp"

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
+
+from fabric_core.utilities.types import PathLike
 
 __all__ = ["CheckpointIO"]
 
-PathLike = str | os.PathLike[str]
-
 
 class CheckpointIO(ABC):
-    """Writes and reads one checkpoint file."""
+    """Writes and reads one checkpoint file.
+
+    What a checkpoint I/O can do beyond the three methods is declared, never guessed from its signatures:
+    a strategy asks only for what the class declares.
+    """
+
+    #: Whether ``load_checkpoint`` takes ``mmap=True`` (map the file; tensors share its pages instead of being
+    #: read into memory first). ``Strategy.load_checkpoint`` passes it, for loads that restore a module, only
+    #: where this is ``True``; a subclass whose ``load_checkpoint`` accepts ``mmap`` without declaring it here
+    #: is simply never asked to map.
+    supports_mmap: ClassVar[bool] = False
 
     @abstractmethod
     def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:
@@ -22,7 +31,7 @@ class CheckpointIO(ABC):
     def load_checkpoint(
         self, path: PathLike, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        """Read a checkpoint.
+        """Read a checkpoint (a subclass that declares :attr:`supports_mmap` also takes ``mmap: bool = False``).
 
         Raises:
             FileNotFoundError: ``path`` does not exist.

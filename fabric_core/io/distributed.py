@@ -21,8 +21,10 @@ import torch
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
-from fabric_core.io._folder import OpenFolder, read_one_folder
+from fabric_core.io._file import read_open_file
 from fabric_core.io.atomic import atomic_write, committed_path
+from fabric_core.io.folder import OpenFolder, read_one_folder
+from fabric_core.utilities.types import PathLike
 
 __all__ = [
     "META_FILE",
@@ -41,7 +43,6 @@ __all__ = [
 #: The file of non-tensor values inside a sharded checkpoint folder.
 META_FILE: Final = "meta.pt"
 _DCP_METADATA: Final = ".metadata"
-PathLike = str | os.PathLike[str]
 
 
 def is_distributed_checkpoint(path: PathLike) -> bool:
@@ -180,16 +181,14 @@ def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any 
     Args:
         folder: The opened checkpoint folder.
         weights_only: How to unpickle (see :func:`load_distributed_checkpoint`).
-        checkpoint_io: The strategy's checkpoint I/O, if it is not the default (it is given the file's
-            name under the opened folder).
+        checkpoint_io: A checkpoint I/O that reads files its own way (it is given the file's name under the
+            opened folder); ``None`` reads the opened file with the plain reader.
 
     Raises:
         FileNotFoundError: ``meta.pt`` is missing because the folder was deleted under the read (a retry
-            of :func:`~fabric_core.io._folder.read_one_folder` reads the new one).
+            of :func:`~fabric_core.io.folder.read_one_folder` reads the new one).
     """
-    from fabric_core.io.torch_io import TorchCheckpointIO
-
-    if checkpoint_io is not None and type(checkpoint_io).load_checkpoint is not TorchCheckpointIO.load_checkpoint:
+    if checkpoint_io is not None:
         meta_file = folder.root / META_FILE
         if not meta_file.is_file():
             return _no_meta(folder)
@@ -200,7 +199,7 @@ def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any 
     except FileNotFoundError:
         return _no_meta(folder)
     with file:
-        return TorchCheckpointIO()._load_open(folder.path / META_FILE, file, None, weights_only, False)
+        return read_open_file(folder.path / META_FILE, file, None, weights_only, False)
 
 
 def _no_meta(folder: OpenFolder) -> dict[str, Any]:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.utilities.apply_func import apply_to_collection
-
-if TYPE_CHECKING:
-    from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities.types import ModuleLoader, Stateful
 
 __all__ = ["load_module", "restore_state"]
 
@@ -22,9 +20,9 @@ _EXTRA_STATE_SUFFIX = "_extra_state"
 
 
 def load_module(
-    strategy: Strategy, module: Module, state_dict: Any, strict: bool = True, *, mapped: bool = False
+    strategy: ModuleLoader, module: Module, state_dict: Any, strict: bool = True, *, mapped: bool = False
 ) -> None:
-    """Load ``state_dict`` into ``module`` through the strategy.
+    """Load ``state_dict`` into ``module`` through the strategy (anything with ``load_module_state_dict``).
 
     With ``mapped`` (its tensors map the checkpoint file, ``load_checkpoint(..., mmap=True)``),
     ``load_state_dict`` copies each tensor into the module's own, straight from the file's pages. What a
@@ -50,7 +48,12 @@ def load_module(
 
 
 def restore_state(
-    strategy: Strategy, state: dict[str, Any], checkpoint: dict[str, Any], strict: bool = True, *, mapped: bool = False
+    strategy: ModuleLoader,
+    state: dict[str, Any],
+    checkpoint: dict[str, Any],
+    strict: bool = True,
+    *,
+    mapped: bool = False,
 ) -> dict[str, Any]:
     """Load each entry of ``checkpoint`` into the object of the same key in ``state``.
 
@@ -64,8 +67,6 @@ def restore_state(
     Raises:
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint does not have.
     """
-    from fabric_core.strategies.strategy import Stateful
-
     if strict:
         missing = [k for k in state if k not in checkpoint]
         if missing:

@@ -1,4 +1,9 @@
-"""Checkpoints as single files written by ``torch.save``: atomic on save, safe by default on load."""
+"""Checkpoints written by ``torch.save``: atomic on save, safe by default on load.
+
+:class:`TorchCheckpointIO` is the dispatch: it decides whether a path is a URL (:mod:`fabric_core.io._remote`),
+a sharded folder (:mod:`fabric_core.io.distributed`) or a single file, which the plain reader
+(:mod:`fabric_core.io._file`) reads. Those modules never import this one.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +11,25 @@ import contextlib
 import errno
 import io
 import os
-import pickle
-import re
 import shutil
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, ClassVar, Final
 
 import torch
 
-from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError, UnsafeCheckpointError
+from fabric_core.errors import CheckpointError, CheckpointSpaceError, InvalidConfigError
+from fabric_core.io._file import read_open_file
+from fabric_core.io._remote import _URL, is_remote_url, read_remote, remove_remote, write_remote
 from fabric_core.io.atomic import atomic_write, existing_committed_path
-from fabric_core.io.checkpoint_io import CheckpointIO, PathLike
+from fabric_core.io.checkpoint_io import CheckpointIO
+from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
 from fabric_core.utilities.apply_func import apply_to_collection
+from fabric_core.utilities.types import PathLike
 
 __all__ = ["TorchCheckpointIO", "atomic_write"]
 
-# The checkpoint format torch wrote before 1.6 starts with this pickled constant instead of a zip archive.
-_LEGACY_MAGIC: Final = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[2:-1]
-# Messages of torch's weights-only unpickler that mean "a well-formed object it will not build", as opposed
-# to bytes it cannot parse.
-_REFUSED: Final = re.compile(r"GLOBAL|allowlist|Can only|must be imported")
-# RuntimeErrors of torch.load that mean a damaged file (others, e.g. a CUDA map_location on a machine
-# without CUDA, are passed on as they are).
-_DAMAGED: Final = re.compile(
-    r"PytorchStreamReader|inline_container|hasRecord|zip archive|magic number|corrupt|crc", re.IGNORECASE
-)
 _NO_SPACE: Final = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})  # no EDQUOT on Windows
-_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _local_path(path: PathLike, method: str) -> Path:
@@ -52,103 +47,7 @@ def _local_path(path: PathLike, method: str) -> Path:
 def _remote(path: PathLike) -> str | None:
     """The URL, if ``path`` names a file on another filesystem than the local one (``s3://``, ``memory://``)."""
     text = os.fspath(path)
-    return text if _URL.match(text) and not text.lower().startswith("file://") else None
-
-
-def _checkpoint_format(file: BinaryIO) -> str | None:
-    """``"zip"`` (torch.save since 1.6), ``"legacy"`` (before), or ``None`` for anything else.
-
-    Reads the open ``file`` (and leaves it at its start), so that the format is that of the very file the
-    load then reads, whatever happens to its path meanwhile.
-    """
-    try:
-        if zipfile.is_zipfile(file):
-            try:
-                with zipfile.ZipFile(file) as archive:
-                    # torch.save puts every record under one folder: "<folder>/data.pkl", "<folder>/data/0", ...
-                    if any(name.rpartition("/")[2] == "data.pkl" for name in archive.namelist()):
-                        return "zip"
-            except (zipfile.BadZipFile, OSError):
-                pass
-            return None
-        file.seek(0)
-        # Room for the protocol header and a FRAME opcode when a newer pickle protocol was used.
-        return "legacy" if _LEGACY_MAGIC in file.read(32) else None
-    finally:
-        file.seek(0)
-
-
-#: Where Linux shows each open descriptor as a name that opens the very file the descriptor holds.
-_FD_FOLDER: Final = Path("/proc/self/fd")
-#: Mapped loads by path (no descriptor folder) retried when the path was replaced meanwhile, before reading.
-_MAPPED_ATTEMPTS: Final = 3
-
-
-def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
-    return (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_size)
-
-
-def _is_opened_file(path: Path, file: BinaryIO) -> bool:
-    try:
-        return _identity(os.stat(path)) == _identity(os.fstat(file.fileno()))
-    except OSError:
-        return False
-
-
-def _load_mapped(path: Path, file: BinaryIO, location: Any, safe: bool) -> dict[str, Any] | None:
-    """Map the file open as ``file`` (its path is ``path``); ``None`` where that cannot be done safely.
-
-    ``torch.load(mmap=True)`` takes only a name, which it opens twice more (the records' index, then the
-    mapping). Through ``/proc/self/fd/N`` both open the file this load opened, even if a save renames
-    another file onto ``path`` meanwhile. Without that folder, the load goes by ``path`` and is kept only if
-    ``path`` named the opened file (same device, inode, mtime and size) both before and after it: an
-    atomic save always puts a new inode at the path, and the one replaced never comes back, so the
-    opens between saw the opened file too. ``None`` sends the caller to read ``file`` instead.
-    """
-    alias = _FD_FOLDER / str(file.fileno())
-    if _FD_FOLDER.is_dir() and os.path.exists(alias):
-        try:
-            mapped: dict[str, Any] = torch.load(alias, map_location=location, weights_only=safe, mmap=True)
-            return mapped
-        except RuntimeError as err:
-            if "mmap" not in str(err):
-                raise
-            return None  # a filesystem that cannot map files (some network mounts)
-    for _ in range(_MAPPED_ATTEMPTS):
-        if not _is_opened_file(path, file):
-            return None
-        try:
-            mapped = torch.load(path, map_location=location, weights_only=safe, mmap=True)
-        except RuntimeError as err:
-            if "mmap" not in str(err) and _is_opened_file(path, file):
-                raise
-            return None
-        if _is_opened_file(path, file):
-            return mapped
-        del mapped
-    return None
-
-
-def _corrupt(path: Path | str, detail: str) -> CheckpointError:
-    return CheckpointError(
-        f"Checkpoint file {os.fspath(path)!r} is truncated or is not a PyTorch checkpoint ({detail}). "
-        "If it was being written when the writer stopped, use the previous checkpoint.",
-        path=os.fspath(path),
-        reason="corrupt",
-    )
-
-
-def _refused(path: Path | str, detail: str) -> CheckpointError:
-    found = re.search(r"GLOBAL ([\w.]+)", detail)
-    what = f" such as `{found.group(1)}`" if found else ""
-    return UnsafeCheckpointError(
-        f"Checkpoint file {os.fspath(path)!r} holds Python objects{what} that are not tensors or plain "
-        "containers; building them could run code stored in the file, so loading was refused "
-        "(`weights_only=True` is the default). Only if you trust the source of this file, load it with "
-        "`weights_only=False` (e.g. `fabric.load(path, weights_only=False)`), or allow the classes with "
-        f"`torch.serialization.add_safe_globals([...])`. Detail: {detail}",
-        path=os.fspath(path),
-    )
+    return text if is_remote_url(text) else None
 
 
 def _out_of_space(err: BaseException) -> bool:
@@ -216,6 +115,8 @@ class TorchCheckpointIO(CheckpointIO):
             tools (``unzip -t``, Python's ``zipfile``) must be able to verify.
     """
 
+    #: ``load_checkpoint(..., mmap=True)`` maps the file (see there).
+    supports_mmap: ClassVar[bool] = True
     #: Also the default of subclasses whose ``__init__`` does not call this one's.
     zip_crc32: bool = False
 
@@ -266,8 +167,6 @@ class TorchCheckpointIO(CheckpointIO):
             raise
 
     def _save_remote(self, checkpoint: dict[str, Any], url: str) -> None:
-        from fabric_core.utilities.cloud_io import write_remote
-
         buffer = io.BytesIO()
         with contextlib.nullcontext() if self.zip_crc32 else _crc32_off():
             torch.save(checkpoint, buffer)
@@ -303,17 +202,13 @@ class TorchCheckpointIO(CheckpointIO):
         """
         url = _remote(path)
         if url is not None:
-            from fabric_core.utilities.cloud_io import read_remote
-
-            return self._load_open(url, read_remote(url), map_location, weights_only, mmap=False)
+            return read_open_file(url, read_remote(url), map_location, weights_only, mmap=False)
         # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
         # an `.old` name (see `replace_path`).
         target = existing_committed_path(_local_path(path, "load_checkpoint"))
         if target is None:
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
-            from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
-
             if is_distributed_checkpoint(target):
                 # A sharded checkpoint read whole into this process: any strategy can resume from one. Given
                 # the path, not its committed name, so that a read racing a replace can start over from it.
@@ -327,38 +222,7 @@ class TorchCheckpointIO(CheckpointIO):
         # Opened once: the format, the records and the mapping all come from this one file, even while a
         # save replaces the file at ``target`` (see `_load_mapped`).
         with open(target, "rb") as file:
-            return self._load_open(target, file, map_location, weights_only, mmap)
-
-    def _load_open(
-        self, target: Path | str, file: BinaryIO, map_location: Any, weights_only: bool | None, mmap: bool
-    ) -> dict[str, Any]:
-        file_format = _checkpoint_format(file)
-        if file_format is None:
-            raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
-        safe = True if weights_only is None else weights_only
-        location = "cpu" if map_location is None else map_location
-        try:
-            if mmap and file_format == "zip" and isinstance(target, Path):
-                mapped = _load_mapped(target, file, location, safe)
-                if mapped is not None:
-                    return mapped
-                # Not mappable here (some network mounts), or replaced meanwhile: read the opened file.
-                file.seek(0)
-            loaded: dict[str, Any] = torch.load(file, map_location=location, weights_only=safe)
-        except pickle.UnpicklingError as err:
-            # torch wraps the unpickler's own one-line reason in a long advice text; keep the reason.
-            inner = err.__cause__ or err.__context__
-            detail = str(inner if isinstance(inner, pickle.UnpicklingError) else err).strip()
-            if safe and _REFUSED.search(detail):
-                raise _refused(target, detail) from err
-            raise _corrupt(target, detail) from err
-        except (EOFError, KeyError, zipfile.BadZipFile) as err:
-            raise _corrupt(target, f"{type(err).__name__}: {err or 'unexpected end of data'}") from err
-        except RuntimeError as err:
-            if _DAMAGED.search(str(err)):
-                raise _corrupt(target, str(err).split(". ")[0].strip()) from err
-            raise
-        return loaded
+            return read_open_file(target, file, map_location, weights_only, mmap)
 
     def remove_checkpoint(self, path: PathLike) -> None:
         """Delete the checkpoint file or folder at ``path``; a missing path is not an error.
@@ -368,8 +232,6 @@ class TorchCheckpointIO(CheckpointIO):
         """
         url = _remote(path)
         if url is not None:
-            from fabric_core.utilities.cloud_io import remove_remote
-
             remove_remote(url)
             return
         target = _local_path(path, "remove_checkpoint")

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["Launcher"]
+__all__ = ["START_METHODS", "Launcher"]
+
+#: How ``fabric.launch()`` can start the processes of one node (a strategy's ``start_method``): ``"popen"``
+#: runs the script again for each other local rank (``SubprocessScriptLauncher``); the others are
+#: ``multiprocessing`` start methods whose workers run the function given to ``fabric.launch(fn)``
+#: (``MultiProcessingLauncher``).
+START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 
 
 class Launcher(ABC):

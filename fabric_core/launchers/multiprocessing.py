@@ -11,22 +11,22 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import torch
 from torch.multiprocessing.spawn import ProcessRaisedException, start_processes
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.launchers._failure import record_failure
 from fabric_core.launchers._threads import set_num_threads_if_needed
-from fabric_core.launchers.launcher import Launcher
+from fabric_core.launchers.launcher import START_METHODS, Launcher
 from fabric_core.utilities.apply_func import apply_to_collection, move_data_to_device
-
-if TYPE_CHECKING:
-    from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.utilities.types import LaunchedStrategy
 
 __all__ = ["MultiProcessingLauncher"]
 
-START_METHODS: Final = ("spawn", "fork", "forkserver")
+#: The start methods of ``multiprocessing`` among :data:`~fabric_core.launchers.launcher.START_METHODS`.
+_PROCESS_START_METHODS: Final = tuple(m for m in START_METHODS if m != "popen")
 _JOIN_POLL_SECONDS: Final = 0.05
 
 
@@ -48,11 +48,11 @@ class MultiProcessingLauncher(Launcher):
         InvalidConfigError: An unknown start method, or one this platform does not support.
     """
 
-    def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
-        if start_method not in START_METHODS:
+    def __init__(self, strategy: LaunchedStrategy, start_method: str = "spawn") -> None:
+        if start_method not in _PROCESS_START_METHODS:
             raise InvalidConfigError(
                 f"`start_method={start_method!r}` is not a multiprocessing start method. Valid choices: "
-                f"{', '.join(repr(m) for m in START_METHODS)}.",
+                f"{', '.join(repr(m) for m in _PROCESS_START_METHODS)}.",
                 argument="start_method",
                 value=start_method,
             )
@@ -213,9 +213,7 @@ def _run_worker(process_index: int, payload: tuple[Any, ...], results: Any, fail
         # Recorded before this process's exit closes its connections: the parent reports the first failure
         # (the cause), and the exit hook must not wait for the other ranks.
         failures.put((process_index, traceback.format_exc()))
-        from fabric_core.strategies import _exit
-
-        _exit.record_failure()
+        record_failure()
         raise
     if process_index == 0:
         results.put(pickle.dumps(move_data_to_device(output, "cpu")))

@@ -10,6 +10,7 @@ from typing import Any, Final
 import torch.distributed as dist
 
 from fabric_core.environments._env import read_seconds
+from fabric_core.launchers._failure import failed, record_failure
 
 __all__ = [
     "EXIT_TIMEOUT_VARIABLE",
@@ -26,19 +27,7 @@ EXIT_TIMEOUT_VARIABLE: Final = "FABRIC_CORE_EXIT_TIMEOUT"
 # this long is stuck (e.g. in a collective this rank never issues) and waiting longer only delays the error.
 _DEFAULT_EXIT_SECONDS: Final = 60.0
 
-_failed = False
 _rounds = 0
-
-
-def record_failure() -> None:
-    """Note that this process is ending with an error (its peers may never reach another collective)."""
-    global _failed
-    _failed = True
-
-
-def failed() -> bool:
-    """Whether this process recorded an error (an uncaught exception, or a launcher's worker that raised)."""
-    return _failed
 
 
 def watch_uncaught_exceptions() -> None:

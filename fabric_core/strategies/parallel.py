@@ -17,6 +17,9 @@ from torch import Tensor
 
 from fabric_core.environments._env import check_process_variables
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
+from fabric_core.launchers.launcher import START_METHODS
+from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
+from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -28,8 +31,6 @@ if TYPE_CHECKING:
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
 
-#: How ``fabric.launch()`` can start the processes of one node.
-START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
 _DIST_AVAILABLE: Final = dist.is_available()
 
@@ -212,13 +213,9 @@ class ParallelStrategy(Strategy):
         if self._start_method is None:
             return
         if self._start_method == "popen":
-            from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-
             assert self._cluster_environment is not None
             self._launcher = SubprocessScriptLauncher(self._cluster_environment, self.num_processes, self._num_nodes)
         else:
-            from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
-
             self._launcher = MultiProcessingLauncher(self, start_method=self._start_method)
 
     @property

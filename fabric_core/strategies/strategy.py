@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -15,9 +14,11 @@ from torch.optim import Optimizer
 
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
+from fabric_core.io.restore import load_module, restore_state
 from fabric_core.precision.precision import Precision
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.init import EmptyInit
+from fabric_core.utilities.types import PathLike, Stateful
 
 if TYPE_CHECKING:
     from fabric_core.environments.environment import ClusterEnvironment
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["BackwardSyncControl", "Stateful", "Strategy", "put_filtered"]
 
 T = TypeVar("T")
-PathLike = str | os.PathLike[str]
 
 
 def put_filtered(
@@ -44,15 +44,6 @@ def put_filtered(
     kept = {name: entry for name, entry in value.items() if filter[key](name, entry)}
     if kept:
         target[key] = kept
-
-
-@runtime_checkable
-class Stateful(Protocol):
-    """Anything with ``state_dict()`` and ``load_state_dict()``: saved and restored by ``fabric.save``."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 class BackwardSyncControl(ABC):
@@ -337,20 +328,18 @@ class Strategy(ABC):
     ) -> dict[str, Any]:
         """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``).
 
-        Where ``state`` holds a module, the file is mapped rather than read (when the checkpoint I/O takes
-        ``mmap``, and ``weights_only`` is not ``False``): modules copy their tensors straight from the file's
-        pages, which spares reading them into memory first (see ``restore_state``).
+        Where ``state`` holds a module, the file is mapped rather than read (when the checkpoint I/O declares
+        :attr:`~fabric_core.io.checkpoint_io.CheckpointIO.supports_mmap`, and ``weights_only`` is not
+        ``False``): modules copy their tensors straight from the file's pages, which spares reading them into
+        memory first (see ``restore_state``).
         """
-        from fabric_core._signature import accepted_keywords
-        from fabric_core.io.restore import load_module, restore_state
-
         mapped = (
             weights_only is not False
+            and self.checkpoint_io.supports_mmap
             and (
                 isinstance(state, Module)
                 or (isinstance(state, dict) and any(isinstance(v, Module) for v in state.values()))
             )
-            and "mmap" in (accepted_keywords(self.checkpoint_io.load_checkpoint) or ())
         )
         options = {"mmap": True} if mapped else {}
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only, **options)

@@ -80,7 +80,7 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        from fabric_core._lazy import submodule
+        from fabric_core._deferred import submodule
 
         return submodule(__name__, name)  # `fabric_core.utilities.seed` after a bare `import fabric_core`
     value = getattr(importlib.import_module(module), name)

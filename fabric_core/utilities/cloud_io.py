@@ -1,150 +1,23 @@
-"""Checkpoint files on any filesystem fsspec knows: local paths, ``memory://``, ``s3://``, ``gs://``, ...
+"""Lightning's ``utilities.cloud_io`` path: checkpoint files on any filesystem fsspec knows.
 
-:class:`~fabric_core.io.torch_io.TorchCheckpointIO` (what ``fabric.save``/``fabric.load`` use) sends a
-URL whose protocol is not ``file`` here, so remote single-file checkpoints work wherever fsspec and the
-protocol's package (``s3fs``, ``gcsfs``, ``adlfs``) are installed. Loads are safe by default
-(``weights_only=True``) for remote files as for local ones.
-
-A save is all-or-nothing where the filesystem allows: an object store (S3, GCS, Azure) receives the whole
-file in one upload, which readers see complete or not at all; other filesystems get the bytes under a
-temporary name in the same folder, then a ``mv`` onto the target (atomic where the filesystem's rename
-is). If the upload fails, the temporary file is removed and the previous checkpoint stays.
+The filesystem work lives in :mod:`fabric_core.io._remote` (what
+:class:`~fabric_core.io.torch_io.TorchCheckpointIO` uses for a URL); this module gives it Lightning's names
+and adds Lightning's ``_load`` and ``_atomic_save`` on top of the checkpoint I/O.
 """
 
 from __future__ import annotations
 
 import io
-import logging
-import os
-import re
-import uuid
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, Any
 
-from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io._remote import _is_dir as _is_dir
+from fabric_core.io._remote import _is_local_file_protocol as _is_local_file_protocol
+from fabric_core.io._remote import _is_object_storage as _is_object_storage
+from fabric_core.io._remote import _protocol, get_filesystem, is_remote_url
 from fabric_core.utilities.types import _MAP_LOCATION_TYPE, _PATH
 
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
 __all__ = ["get_filesystem", "is_remote_url"]
-
-log = logging.getLogger(__name__)
-
-_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-# Protocols whose stores put an object in place in one request: a single upload is already atomic.
-_OBJECT_STORES: Final = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
-_PACKAGES: Final = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
-
-
-def _protocol(path: _PATH) -> str:
-    text = os.fspath(path)
-    return text.split("://", 1)[0].lower() if _URL.match(text) else "file"
-
-
-def is_remote_url(path: _PATH) -> bool:
-    """Whether ``path`` is a URL for a filesystem other than the local one (``file://`` is local)."""
-    return _protocol(path) != "file"
-
-
-def _is_local_file_protocol(path: _PATH) -> bool:
-    return not is_remote_url(path)
-
-
-def get_filesystem(path: _PATH, **kwargs: Any) -> AbstractFileSystem:
-    """The fsspec filesystem that serves ``path`` (the local one for plain paths).
-
-    Args:
-        path: A local path or a URL such as ``"s3://bucket/run/last.ckpt"``.
-        **kwargs: Options for the filesystem (credentials, endpoint, ...).
-
-    Raises:
-        InvalidConfigError: No fsspec, or the protocol is unknown or its package is not installed.
-    """
-    return _url_to_fs(path, **kwargs)[0]
-
-
-def _url_to_fs(path: _PATH, **kwargs: Any) -> tuple[AbstractFileSystem, str]:
-    text = os.fspath(path)
-    try:
-        from fsspec.core import url_to_fs
-    except ImportError as err:  # pragma: no cover - torch depends on fsspec
-        raise InvalidConfigError(
-            f"{text!r} needs fsspec to be read or written: pip install fsspec", argument="path", value=text
-        ) from err
-    try:
-        fs, stripped = url_to_fs(text, **kwargs)
-    except (ImportError, ValueError) as err:
-        protocol = _protocol(text)
-        package = _PACKAGES.get(protocol)
-        hint = f" Install its filesystem: pip install {package}" if package else ""
-        raise InvalidConfigError(
-            f"No filesystem for the protocol {protocol!r} of {text!r} ({err}).{hint}", argument="path", value=text
-        ) from err
-    return fs, stripped
-
-
-def _is_object_storage(fs: AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return any(p in _OBJECT_STORES for p in protocols)
-
-
-def _is_dir(fs: AbstractFileSystem, path: _PATH, strict: bool = False) -> bool:
-    """Whether ``path`` is a folder; on an object store (no real folders), anything not a file is one
-    unless ``strict``."""
-    if _is_object_storage(fs) and not strict:
-        return not fs.isfile(os.fspath(path))
-    return bool(fs.isdir(os.fspath(path)))
-
-
-def write_remote(url: str, data: bytes) -> None:
-    """Put ``data`` at ``url`` all-or-nothing where the filesystem allows (see the module docstring)."""
-    fs, target = _url_to_fs(url)
-    if _is_object_storage(fs):
-        fs.pipe_file(target, data)
-        return
-    parent = fs._parent(target)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    temporary = f"{target}.tmp-{uuid.uuid4().hex}"
-    try:
-        fs.pipe_file(temporary, data)
-        fs.mv(temporary, target)
-    except BaseException:
-        try:
-            if fs.exists(temporary):
-                fs.rm(temporary)
-        except Exception:  # the write's error matters more than a failed clean-up
-            log.debug("Could not remove the temporary file %s", temporary, exc_info=True)
-        raise
-
-
-def read_remote(url: str) -> io.BytesIO:
-    """The bytes of the checkpoint file at ``url``.
-
-    Raises:
-        FileNotFoundError: Nothing is there.
-        CheckpointError: ``url`` is a folder (sharded checkpoints are read from local paths only).
-    """
-    fs, target = _url_to_fs(url)
-    if not fs.exists(target):
-        raise FileNotFoundError(f"Checkpoint file not found: {url}")
-    if fs.isdir(target):
-        raise CheckpointError(
-            f"Checkpoint path {url!r} is a folder: a sharded checkpoint is read from a local path only. "
-            "Copy it to local disk first (e.g. `fsspec.filesystem(...).get(url, local, recursive=True)`).",
-            path=url,
-            reason="corrupt",
-        )
-    with fs.open(target, "rb") as file:
-        return io.BytesIO(file.read())
-
-
-def remove_remote(url: str) -> None:
-    """Delete the file or folder at ``url``; a missing one is not an error."""
-    fs, target = _url_to_fs(url)
-    if fs.exists(target):
-        fs.rm(target, recursive=True)
 
 
 def _load(
@@ -167,6 +40,7 @@ def _load(
     safe = True if weights_only is None else weights_only
     if not isinstance(path_or_url, str | Path):
         return torch.load(path_or_url, map_location=map_location, weights_only=safe)  # type: ignore[arg-type]
+    from fabric_core.io._file import read_open_file
     from fabric_core.io.torch_io import TorchCheckpointIO
 
     if _protocol(path_or_url) in ("http", "https"):
@@ -182,7 +56,7 @@ def _load(
             if err.code == 404:
                 raise FileNotFoundError(f"Checkpoint file not found: {url} (HTTP 404)") from err
             raise
-        return TorchCheckpointIO()._load_open(url, buffer, map_location, weights_only, mmap=False)
+        return read_open_file(url, buffer, map_location, weights_only, mmap=False)
     return TorchCheckpointIO().load_checkpoint(path_or_url, map_location=map_location, weights_only=weights_only)
 
 

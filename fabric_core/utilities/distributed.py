@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from fabric_core._lazy import reexports
+from fabric_core._deferred import reexports
 
 if TYPE_CHECKING:
     from fabric_core.utilities.data import DistributedSamplerWrapper

@@ -1,4 +1,10 @@
-"""Type aliases and structural protocols users annotate with (Lightning's ``utilities.types``).
+"""Type aliases and structural protocols: Lightning's ``utilities.types`` and fabric-core's shared ones.
+
+The one home of the types that several layers share, so that none of them imports another for a type:
+``PathLike`` and ``Stateful`` (checkpoint I/O, strategies, plugins), and the protocols a launcher and a
+strategy see each other through (:class:`LaunchedStrategy`). Importing this module does not import torch:
+the torch-bound aliases (``_DEVICE``, ``ReduceOp``, ...) are built on first access, so torch-free modules
+(``io.atomic``, ``io.checkpoint_io``, ``launchers``) can use the rest.
 
 The protocols are ``runtime_checkable``: ``isinstance(obj, Optimizable)`` checks that the methods exist
 (not their signatures), which is how Lightning code uses them.
@@ -6,13 +12,25 @@ The protocols are ``runtime_checkable``: ``isinstance(obj, Optimizable)`` checks
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from torch.distributed import ProcessGroup, ReduceOp
+    from torch.nn import Module
+
+    UntypedStorage: TypeAlias = torch.UntypedStorage
+    _DEVICE: TypeAlias = torch.device | str | int
+    _MAP_LOCATION_TYPE: TypeAlias = (
+        _DEVICE | Callable[[UntypedStorage, str], UntypedStorage | None] | dict[_DEVICE, _DEVICE] | None
+    )
+    _PARAMETERS: TypeAlias = Iterator[torch.nn.Parameter]
+    RedOpType: TypeAlias = ReduceOp.RedOpType
 
 __all__ = [
     "_DEVICE",
@@ -21,30 +39,60 @@ __all__ = [
     "_PATH",
     "CollectibleGroup",
     "LRScheduler",
+    "LaunchEnvironment",
+    "LaunchedStrategy",
+    "ModuleLoader",
     "Optimizable",
+    "PathLike",
     "ProcessGroup",
     "RedOpType",
     "ReduceLROnPlateau",
     "ReduceOp",
+    "Stateful",
     "Steppable",
     "UntypedStorage",
     "_Stateful",
 ]
 
-UntypedStorage: TypeAlias = torch.UntypedStorage
-_PATH: TypeAlias = str | Path
-_DEVICE: TypeAlias = torch.device | str | int
-_MAP_LOCATION_TYPE: TypeAlias = (
-    _DEVICE | Callable[[UntypedStorage, str], UntypedStorage | None] | dict[_DEVICE, _DEVICE] | None
-)
-_PARAMETERS: TypeAlias = Iterator[torch.nn.Parameter]
-if torch.distributed.is_available():
-    from torch.distributed import ProcessGroup, ReduceOp
+#: A path as fabric-core's functions take it: a string or any ``os.PathLike`` (``pathlib.Path``).
+PathLike: TypeAlias = str | os.PathLike[str]
+_PATH: TypeAlias = str | Path  # Lightning's name
 
-    RedOpType: TypeAlias = ReduceOp.RedOpType
-else:  # pragma: no cover - builds of torch without distributed support (some mobile/macOS builds)
-    ProcessGroup = Any  # type: ignore[assignment,misc]
-    ReduceOp = RedOpType = object  # type: ignore[assignment,misc]
+#: The names above that need torch, built by ``__getattr__`` on first access.
+_TORCH_NAMES: Final = frozenset(
+    {"UntypedStorage", "_DEVICE", "_MAP_LOCATION_TYPE", "_PARAMETERS", "ProcessGroup", "ReduceOp", "RedOpType"}
+)
+
+
+def _torch_names() -> dict[str, Any]:
+    import torch
+
+    storage = torch.UntypedStorage
+    device = torch.device | str | int
+    names: dict[str, Any] = {
+        "UntypedStorage": storage,
+        "_DEVICE": device,
+        "_MAP_LOCATION_TYPE": device | Callable[[storage, str], storage | None] | dict[device, device] | None,
+        "_PARAMETERS": Iterator[torch.nn.Parameter],
+    }
+    if torch.distributed.is_available():
+        from torch.distributed import ProcessGroup, ReduceOp
+
+        names.update(ProcessGroup=ProcessGroup, ReduceOp=ReduceOp, RedOpType=ReduceOp.RedOpType)
+    else:  # pragma: no cover - builds of torch without distributed support (some mobile/macOS builds)
+        names.update(ProcessGroup=Any, ReduceOp=object, RedOpType=object)
+    return names
+
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name not in _TORCH_NAMES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        names = _torch_names()
+        globals().update(names)
+        return names[name]
+
 
 _Key = TypeVar("_Key")
 
@@ -56,6 +104,44 @@ class _Stateful(Protocol[_Key]):
     def state_dict(self) -> dict[_Key, Any]: ...
 
     def load_state_dict(self, state_dict: dict[_Key, Any]) -> None: ...
+
+
+#: The name fabric-core uses (``isinstance(obj, Stateful)``; ``Stateful[str]`` in annotations).
+Stateful = _Stateful
+
+
+@runtime_checkable
+class LaunchEnvironment(Protocol):
+    """Where the processes a launcher starts meet: the address and port of the main process."""
+
+    @property
+    def main_address(self) -> str: ...
+
+    @property
+    def main_port(self) -> int: ...
+
+
+class LaunchedStrategy(Protocol):
+    """What a launcher needs of the strategy whose processes it starts (``ParallelStrategy`` is one).
+
+    Launchers are typed against this instead of the strategy classes, which create them: the launcher layer
+    sits below the strategies and never imports them.
+    """
+
+    @property
+    def cluster_environment(self) -> LaunchEnvironment | None: ...
+
+    @property
+    def num_processes(self) -> int: ...
+
+    def set_world_ranks(self) -> None:
+        """Set this process's ranks from the environment (called in each started worker)."""
+
+
+class ModuleLoader(Protocol):
+    """Loads a state dict into a module its own way: what restoring a checkpoint needs of a strategy."""
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None: ...
 
 
 @runtime_checkable

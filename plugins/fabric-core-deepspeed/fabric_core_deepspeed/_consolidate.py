@@ -9,12 +9,11 @@ from typing import Any
 import torch
 
 from fabric_core.io.atomic import atomic_write
+from fabric_core.utilities.types import PathLike
 from fabric_core_deepspeed import _checkpoint
 from fabric_core_deepspeed._trust import check_pickles
 
 __all__ = ["consolidate"]
-
-PathLike = str | os.PathLike[str]
 
 
 def consolidate(

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from fabric_core.io._safe_pickle import RefusedGlobal, check_torch_file, refused_error, scan
+from fabric_core.io.safe_pickle import RefusedGlobal, check_torch_file, refused_error, scan
 
 __all__ = ["DEEPSPEED_GLOBALS", "check_pickles"]
 

@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
 from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.utilities.types import PathLike
 from fabric_core_deepspeed import _checkpoint, _config
 from fabric_core_deepspeed.precision import DeepSpeedPrecision
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedStrategy"]
 
 #: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
-PathLike = str | os.PathLike[str]
 
 
 class DeepSpeedStrategy(ParallelStrategy):

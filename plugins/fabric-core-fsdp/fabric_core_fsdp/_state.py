@@ -25,7 +25,6 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
-from fabric_core.io._folder import ATTEMPTS, OpenFolder, gave_up, vanished
 from fabric_core.io.atomic import existing_committed_path, write_folder_collectively
 from fabric_core.io.distributed import (
     META_FILE,
@@ -39,7 +38,10 @@ from fabric_core.io.distributed import (
     read_meta,
     safe_load_planner,
 )
-from fabric_core.strategies.strategy import Stateful, put_filtered
+from fabric_core.io.folder import ATTEMPTS, OpenFolder, gave_up, vanished
+from fabric_core.io.torch_io import TorchCheckpointIO
+from fabric_core.strategies.strategy import put_filtered
+from fabric_core.utilities.types import Stateful
 
 if TYPE_CHECKING:
     from fabric_core_fsdp._sharded import ShardedStrategy
@@ -235,7 +237,10 @@ def _load_sharded(
                 # `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
                 reader = SafeFileSystemReader(folder, weights_only=weights_only)
                 saved = checkpoint_keys(reader)
-                meta = read_meta(folder, weights_only, strategy.checkpoint_io)
+                io = strategy.checkpoint_io
+                # The default reader reads `meta.pt` through the opened folder itself (its messages name the folder).
+                own = None if type(io).load_checkpoint is TorchCheckpointIO.load_checkpoint else io
+                meta = read_meta(folder, weights_only, own)
                 token = _save_id(reader, folder)
             except (CheckpointError, OSError) as err:
                 failure = err

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric_core.io.checkpoint_io import PathLike
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.types import PathLike
 from fabric_core_xla import device
 
 __all__ = ["XLACheckpointIO"]

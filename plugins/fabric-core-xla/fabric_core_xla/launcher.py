@@ -5,14 +5,12 @@ from __future__ import annotations
 import copy
 import multiprocessing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fabric_core.launchers.launcher import Launcher
 from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.types import LaunchedStrategy
 from fabric_core_xla import device
-
-if TYPE_CHECKING:
-    from fabric_core_xla.strategy import XLAStrategy
 
 __all__ = ["XLALauncher"]
 
@@ -31,7 +29,7 @@ class XLALauncher(Launcher):
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    def __init__(self, strategy: XLAStrategy) -> None:
+    def __init__(self, strategy: LaunchedStrategy) -> None:
         device.require_torch_xla(type(self).__name__)
         self.strategy = strategy
         self.start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
