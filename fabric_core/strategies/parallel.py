@@ -20,6 +20,7 @@ from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOpt
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
+from fabric_core.utilities.operations import _distributed
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
 if TYPE_CHECKING:
@@ -390,10 +391,6 @@ class ParallelStrategy(Strategy):
             self._exit_hook_registered = True
 
     # -- collectives -------------------------------------------------------------------------------------
-    @staticmethod
-    def _distributed() -> bool:
-        return _DIST_AVAILABLE and dist.is_initialized()
-
     def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
         """Reduce every tensor in ``tensor`` across processes, in place (no barrier first).
 
@@ -436,7 +433,7 @@ class ParallelStrategy(Strategy):
             ValueError: On every rank alike, when the ranks' shapes or dtypes differ (instead of a hang or
                 an abort); the process group stays usable.
         """
-        if not self._distributed():
+        if not _distributed():
             return tensor
         device = self._collective_device()
         data = tensor if _collectives.only_tensors(tensor) else convert_to_tensors(tensor, device)
@@ -444,7 +441,7 @@ class ParallelStrategy(Strategy):
 
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable object from global rank ``src`` to every process, and return it."""
-        if not self._distributed():
+        if not _distributed():
             return obj
         objects: list[Any] = [obj]
         dist.broadcast_object_list(objects, src=src)
@@ -456,7 +453,7 @@ class ParallelStrategy(Strategy):
 
         Extra arguments are accepted and ignored, as Lightning's strategies do.
         """
-        if not self._distributed():
+        if not _distributed():
             return
         if dist.get_backend() == "nccl":
             dist.barrier(device_ids=[self.root_device.index or 0])
@@ -465,7 +462,7 @@ class ParallelStrategy(Strategy):
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Combine one boolean per process: ``all`` of them, else any of them."""
-        if not self._distributed():
+        if not _distributed():
             return decision
         votes = torch.tensor(int(decision), device=self._collective_device())
         dist.all_reduce(votes, op=dist.ReduceOp.SUM)
@@ -500,7 +497,7 @@ class ParallelStrategy(Strategy):
             self._cluster_environment.teardown()
 
     def _close_at_exit(self) -> None:
-        if self._distributed():
+        if _distributed():
             # After an uncaught exception the other ranks may never arrive: the job ends without meeting them.
             self._close_process_group(meet_peers=not _exit.failed())
 
@@ -512,7 +509,7 @@ class ParallelStrategy(Strategy):
         """
         self.release_modules()
         gc.collect()
-        if not self._distributed():
+        if not _distributed():
             return
         if meet_peers:
             # Bounded by seconds, not by the collective timeout: a peer stuck in a collective would

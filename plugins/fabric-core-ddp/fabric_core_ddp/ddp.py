@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DDPStrategy"]
 
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
-
 
 class DDPStrategy(ParallelStrategy):
     """Wraps the model in ``torch.nn.parallel.DistributedDataParallel``.

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DeepSpeedStrategy"]
 
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
 PathLike = str | os.PathLike[str]
 
 

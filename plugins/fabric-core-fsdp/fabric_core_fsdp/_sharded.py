@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE_DICT_TYPES", "ShardedStrategy"]
 
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
 STATE_DICT_TYPES: Final = ("sharded", "full")
 # Wrappers that put a segment into parameter names but not into state-dict keys.
 _NAME_SEGMENTS: Final = ("_checkpoint_wrapped_module.", "_orig_mod.")
