@@ -11,7 +11,7 @@ import sys
 from typing import Final
 
 from fabric_core.environments._env import read_int
-from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.environments._scheduled import RankVariables, ScheduledEnvironment, Variable
 from fabric_core.errors import EnvironmentSetupError, InvalidConfigError, PossibleUserWarning
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
@@ -25,7 +25,7 @@ _PORT_BASE: Final = 15000
 _DEFAULT_PORT: Final = 12910
 
 
-class SLURMEnvironment(ClusterEnvironment):
+class SLURMEnvironment(ScheduledEnvironment):
     """Reads the topology of an ``srun`` job step: one task per device, started by SLURM.
 
     The rendezvous address is the first host of ``SLURM_NODELIST`` (unless ``MASTER_ADDR`` is set); the
@@ -45,25 +45,20 @@ class SLURMEnvironment(ClusterEnvironment):
         _warn_if_srun_unused()
         _check_ntasks()
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        """Always True: ``srun`` starts one task per device."""
-        return True
+    variables = RankVariables(
+        world_size=Variable("SLURM_NTASKS"),
+        global_rank=Variable("SLURM_PROCID"),
+        local_rank=Variable("SLURM_LOCALID"),
+        node_rank=Variable("SLURM_NODEID"),
+    )
 
-    @property
-    def main_address(self) -> str:
-        """``MASTER_ADDR``, else the first host of ``SLURM_NODELIST``, else ``127.0.0.1``."""
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
-        nodelist = os.environ.get("SLURM_NODELIST", "")
-        hosts = expand_hostlist(nodelist)
+    def fallback_address(self) -> str:
+        """The first host of ``SLURM_NODELIST``, else ``127.0.0.1``."""
+        hosts = expand_hostlist(os.environ.get("SLURM_NODELIST", ""))
         return hosts[0] if hosts else "127.0.0.1"
 
-    @property
-    def main_port(self) -> int:
-        """``MASTER_PORT``, else 15000 + the last four digits of ``SLURM_JOB_ID``, else 12910."""
-        if "MASTER_PORT" in os.environ:
-            return read_int("MASTER_PORT")
+    def fallback_port(self) -> int:
+        """15000 + the last four digits of ``SLURM_JOB_ID``, else 12910."""
         job_id = self.job_id()
         if job_id is None:
             return _DEFAULT_PORT
@@ -102,28 +97,6 @@ class SLURMEnvironment(ClusterEnvironment):
         if "SLURM_JOB_ID" not in os.environ or SLURMEnvironment.job_name() in _INTERACTIVE_JOB_NAMES:
             return None
         return read_int("SLURM_JOB_ID")
-
-    def world_size(self) -> int:
-        """``SLURM_NTASKS``."""
-        return read_int("SLURM_NTASKS")
-
-    def set_world_size(self, size: int) -> None:
-        """Ignored: SLURM's task count is authoritative (:meth:`validate_settings` checks it)."""
-
-    def global_rank(self) -> int:
-        """``SLURM_PROCID``."""
-        return read_int("SLURM_PROCID")
-
-    def set_global_rank(self, rank: int) -> None:
-        """Ignored: SLURM's task id is authoritative."""
-
-    def local_rank(self) -> int:
-        """``SLURM_LOCALID``."""
-        return read_int("SLURM_LOCALID")
-
-    def node_rank(self) -> int:
-        """``SLURM_NODEID``."""
-        return read_int("SLURM_NODEID")
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices`` and ``num_nodes`` against ``--ntasks-per-node`` and ``--nodes``.
