@@ -113,12 +113,17 @@ def check_forwarded_options(
 
 
 class ParallelStrategy(Strategy):
-    """One process per device, joined by a ``torch.distributed`` process group.
+    """Several devices; by default one process per device, joined by a ``torch.distributed`` process group.
 
     The ranks come from the cluster environment: this process's local and node rank, and the world size
     ``num_nodes * num_processes`` that the strategy records on it. :meth:`setup_environment` (run in
     every process by the launcher) creates the process group. Subclasses decide how modules are wrapped
     (``ddp``, ``fsdp``, ...) and which launcher starts the processes.
+
+    A subclass that drives all its devices from one process (``dp``) declares ``single_process = True``: it
+    then takes no cluster environment from selection (its ranks are 0 and its world size 1), joins no process
+    group, and its one process reads the whole dataset. It stays a ``ParallelStrategy``, as in Lightning, so
+    that ``isinstance(strategy, ParallelStrategy)`` keeps meaning "more than one device".
 
     Collectives act on tensors and nested collections of tensors; without a process group they are the
     identity, as in one process.
@@ -191,7 +196,7 @@ class ParallelStrategy(Strategy):
             parallel_devices=parallel_devices,
             num_nodes=num_nodes,
         )
-        if self._cluster_environment is None:
+        if self._cluster_environment is None and not self.single_process:
             self._cluster_environment = cluster_environment
         if self._parallel_devices is None:
             self._parallel_devices = list(parallel_devices)
@@ -302,8 +307,10 @@ class ParallelStrategy(Strategy):
         return self._parallel_devices[self.local_rank]
 
     @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        """Each process reads the shard of its global rank among ``num_nodes * num_processes``."""
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """Each process reads the shard of its global rank among ``num_nodes * num_processes`` (one process: all)."""
+        if self.single_process:
+            return None
         return {"num_replicas": self._num_nodes * self.num_processes, "rank": self.global_rank}
 
     def set_world_ranks(self) -> None:
@@ -335,10 +342,12 @@ class ParallelStrategy(Strategy):
         rank_zero_only.rank = environment.global_rank()
 
     def setup_environment(self) -> None:
-        """Prepare the device, then join the process group (no-op if this process already has one)."""
+        """Prepare the device, then join the process group (no-op if this process already has one, or is the
+        only one)."""
         self.set_world_ranks()
         super().setup_environment()
-        self.init_process_group()
+        if not self.single_process:
+            self.init_process_group()
 
     def init_process_group(self) -> None:
         """Create the default process group from the cluster environment's address, port and ranks.
