@@ -18,16 +18,16 @@ from torch import Tensor
 from fabric_core.environments._env import check_process_variables
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
+from fabric_core.strategies._wiring import DEFAULT_PG_TIMEOUT, ParallelWiring, Placement, wired
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.operations import _distributed
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
+    from typing_extensions import Unpack
+
     from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
 
 #: How ``fabric.launch()`` can start the processes of one node.
 START_METHODS: Final = ("popen", "spawn", "fork", "forkserver")
@@ -38,9 +38,6 @@ __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeou
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
-
-#: How long a collective waits for the other ranks before failing (torch's own default).
-DEFAULT_PG_TIMEOUT = timedelta(minutes=30)
 
 
 def as_timeout(timeout: Any, owner: str) -> timedelta:
@@ -129,14 +126,12 @@ class ParallelStrategy(Strategy):
     identity, as in one process.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
-        parallel_devices: One device per local process; usually filled in by selection.
-        cluster_environment: Where the ranks come from; usually filled in by selection.
-        checkpoint_io: How checkpoints are written.
-        precision: The precision plugin.
-        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's backend.
-        timeout: How long collectives wait for the other ranks: a ``timedelta`` or a number of seconds;
-            ``None`` is torch's default (30 minutes).
+        **wiring: The components selection connects (:class:`~fabric_core.strategies._wiring.ParallelWiring`),
+            by Lightning's names: ``accelerator``, ``parallel_devices`` (one device per local process),
+            ``cluster_environment`` (where the ranks come from), ``checkpoint_io``, ``precision``,
+            ``process_group_backend`` (``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's),
+            ``timeout`` (how long collectives wait for the other ranks: a ``timedelta`` or seconds; ``None``
+            is torch's 30 minutes) and ``start_method`` (how ``fabric.launch()`` starts the processes).
 
     Raises:
         InvalidConfigError: An unknown ``start_method``, or a ``timeout`` that is not positive (an
@@ -147,18 +142,14 @@ class ParallelStrategy(Strategy):
     #: `all_gather` takes a whole nested collection and packs it into as few collectives as it can.
     gathers_collections: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float | None = DEFAULT_PG_TIMEOUT,
-        start_method: str | None = None,
-    ) -> None:
-        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+    @wired(ParallelWiring)
+    def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
+        super().__init__(
+            accelerator=wiring.get("accelerator"),
+            checkpoint_io=wiring.get("checkpoint_io"),
+            precision=wiring.get("precision"),
+        )
+        start_method = wiring.get("start_method")
         if start_method is not None and start_method not in START_METHODS:
             raise InvalidConfigError(
                 f"`{type(self).__name__}(start_method={start_method!r})` is not a start method. Valid choices: "
@@ -167,40 +158,25 @@ class ParallelStrategy(Strategy):
                 value=start_method,
             )
         self._start_method = start_method
-        self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
-        self._cluster_environment = cluster_environment
+        devices = wiring.get("parallel_devices")
+        self._parallel_devices = list(devices) if devices is not None else None
+        self._cluster_environment = wiring.get("cluster_environment")
         self._num_nodes = 1
-        self._process_group_backend = process_group_backend
-        self._timeout = as_timeout(timeout, type(self).__name__)
+        self._process_group_backend = wiring.get("process_group_backend")
+        self._timeout = as_timeout(wiring.get("timeout"), type(self).__name__)
         self._exit_hook_registered = False
         self._device_for_collectives: torch.device | None = None
         self._root_device: torch.device | None = None
 
     # -- wiring ------------------------------------------------------------------------------------------
-    def connect(
-        self,
-        *,
-        accelerator: Accelerator,
-        precision: Precision,
-        checkpoint_io: CheckpointIO | None,
-        cluster_environment: ClusterEnvironment,
-        parallel_devices: list[torch.device],
-        num_nodes: int,
-    ) -> None:
-        """Complete the strategy (values set in the constructor win), record the ranks, pick a launcher."""
-        super().connect(
-            accelerator=accelerator,
-            precision=precision,
-            checkpoint_io=checkpoint_io,
-            cluster_environment=cluster_environment,
-            parallel_devices=parallel_devices,
-            num_nodes=num_nodes,
-        )
+    def place(self, placement: Placement) -> None:
+        """Take the devices and the environment (values set in the constructor win), record the ranks, pick a
+        launcher."""
         if self._cluster_environment is None and not self.single_process:
-            self._cluster_environment = cluster_environment
+            self._cluster_environment = placement.cluster_environment
         if self._parallel_devices is None:
-            self._parallel_devices = list(parallel_devices)
-        self._num_nodes = num_nodes
+            self._parallel_devices = list(placement.parallel_devices)
+        self._num_nodes = placement.num_nodes
         self.set_world_ranks()
         self.configure_launcher()
 
