@@ -123,7 +123,9 @@ def test_the_model_parallel_strategy_keeps_its_own_parameters_first() -> None:
     assert (strategy._data_parallel_size, strategy._tensor_parallel_size, strategy.state_dict_type) == (1, 2, "full")
 
 
-@pytest.mark.parametrize("name", ["SingleDeviceStrategy", "ParallelStrategy", "DeepSpeedStrategy", "ModelParallelStrategy"])
+@pytest.mark.parametrize(
+    "name", ["SingleDeviceStrategy", "ParallelStrategy", "DeepSpeedStrategy", "ModelParallelStrategy"]
+)
 def test_a_misspelt_wiring_keyword_fails_at_construction_with_the_choices(name: str) -> None:
     with pytest.raises(UnknownOptionError, match=r"has no option 'acelerator'.*Did you mean 'accelerator'") as info:
         _class(name)(acelerator=CPUAccelerator())
