@@ -107,15 +107,7 @@ class SLURMEnvironment(ScheduledEnvironment):
         """
         if self.job_name() in _INTERACTIVE_JOB_NAMES:
             return
-        per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
-        # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
-        if per_node is not None and _leading_int(per_node) != num_devices:
-            raise InvalidConfigError(
-                f"`Fabric(devices={num_devices})` does not match the SLURM job's "
-                f"`--ntasks-per-node={per_node}`. Set `devices={_leading_int(per_node)}`, or change the job.",
-                argument="devices",
-                value=num_devices,
-            )
+        _check_job_option("devices", num_devices, "ntasks-per-node", "SLURM_NTASKS_PER_NODE")
         local_id = read_int("SLURM_LOCALID", 0)
         if local_id >= num_devices:
             raise InvalidConfigError(
@@ -125,14 +117,7 @@ class SLURMEnvironment(ScheduledEnvironment):
                 argument="SLURM_LOCALID",
                 value=local_id,
             )
-        nnodes = os.environ.get("SLURM_NNODES")
-        if nnodes is not None and _leading_int(nnodes) != num_nodes:
-            raise InvalidConfigError(
-                f"`Fabric(num_nodes={num_nodes})` does not match the SLURM job's `--nodes={nnodes}`. "
-                f"Set `num_nodes={_leading_int(nnodes)}`, or change the job.",
-                argument="num_nodes",
-                value=num_nodes,
-            )
+        _check_job_option("num_nodes", num_nodes, "nodes", "SLURM_NNODES")
 
     def topology(self) -> tuple[int, int] | None:
         """``(--ntasks-per-node, --nodes)`` of the job step; ``None`` where the nodes run different task counts.
@@ -146,6 +131,19 @@ class SLURMEnvironment(ScheduledEnvironment):
         # "2(x3)" is one count repeated over nodes; "2(x2),1" differs between nodes.
         match = re.fullmatch(r"\s*(\d+)\s*(\(x\d+\))?\s*", per_node)
         return (int(match.group(1)), nodes) if match and int(match.group(1)) > 0 else None
+
+
+def _check_job_option(argument: str, value: int, option: str, variable: str) -> None:
+    """Raise where the job's ``--option`` (exported in ``variable``) differs from ``Fabric(argument=value)``."""
+    exported = os.environ.get(variable)
+    # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
+    if exported is not None and _leading_int(exported) != value:
+        raise InvalidConfigError(
+            f"`Fabric({argument}={value})` does not match the SLURM job's `--{option}={exported}`. "
+            f"Set `{argument}={_leading_int(exported)}`, or change the job.",
+            argument=argument,
+            value=value,
+        )
 
 
 def _check_ntasks() -> None:
