@@ -124,12 +124,14 @@ def test_the_model_parallel_strategy_keeps_its_own_parameters_first() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["SingleDeviceStrategy", "ParallelStrategy", "DeepSpeedStrategy", "ModelParallelStrategy"]
+    "name",
+    ["SingleDeviceStrategy", "ParallelStrategy", "DataParallelStrategy", "DeepSpeedStrategy", "ModelParallelStrategy"],
 )
 def test_a_misspelt_wiring_keyword_fails_at_construction_with_the_choices(name: str) -> None:
     with pytest.raises(UnknownOptionError, match=r"has no option 'acelerator'.*Did you mean 'accelerator'") as info:
         _class(name)(acelerator=CPUAccelerator())
     assert isinstance(info.value, TypeError)
+    assert str(info.value).startswith(f"`{name}(acelerator=")
 
 
 def test_single_device_takes_the_first_connected_device_unless_given_one() -> None:

@@ -128,18 +128,18 @@ def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
         positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
         keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
         signature = inspect.signature(init).replace(parameters=[*positional, *keyword_only, *forwarded, *extras])
-        accepted = {p.name for p in own[1:]} | set(keys)
-        owner = init.__qualname__.rsplit(".", 1)[0]
+        accepted = {p.name for p in own[1:]} | set(keys)  # own[0] is self
 
         @functools.wraps(init)
-        def constructor(*args: Any, **kwargs: Any) -> None:
+        def constructor(self: Any, *args: Any, **kwargs: Any) -> None:
             if not extras:
                 for name in kwargs:
                     if name not in accepted:
+                        owner = type(self).__name__  # the class built, also where it inherits this constructor
                         raise UnknownOptionError(
                             f"{owner}({name}={kwargs[name]!r})", name, accepted, owner=owner, value=kwargs[name]
                         )
-            bound = signature.bind(*args, **kwargs)
+            bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
             init(*bound.args, **bound.kwargs)
 
