@@ -6,8 +6,8 @@ import os
 import socket
 from typing import Final
 
-from fabric_core.environments._env import check_world_size, read_int, topology_of_hosts
-from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.environments._env import read_int, topology_of_hosts
+from fabric_core.environments._scheduled import RankVariables, ScheduledEnvironment, Variable
 from fabric_core.errors import InvalidConfigError
 
 __all__ = ["LSFEnvironment"]
@@ -16,7 +16,7 @@ _REQUIRED: Final = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK"
 _PORT_BASE: Final = 10000
 
 
-class LSFEnvironment(ClusterEnvironment):
+class LSFEnvironment(ScheduledEnvironment):
     """Reads the topology of a ``jsrun`` job from the ``JSM_NAMESPACE_*`` variables and the rank file.
 
     The rank file (``LSB_DJOB_RANKFILE``) lists one host per line: first the launch node, which runs no
@@ -30,53 +30,32 @@ class LSFEnvironment(ClusterEnvironment):
             is unset (and ``MASTER_PORT`` too).
     """
 
+    variables = RankVariables(
+        world_size=Variable("JSM_NAMESPACE_SIZE"),
+        global_rank=Variable("JSM_NAMESPACE_RANK"),
+        local_rank=Variable("JSM_NAMESPACE_LOCAL_RANK"),
+        node_rank=0,  # read from the rank file instead: see node_rank()
+    )
+    launcher_name = "jsrun"
+
     def __init__(self) -> None:
         self._hosts: list[str] | None = None
         # Read now, as Lightning does: a job without them fails at `Fabric(...)`, not at the rendezvous.
         self.compute_hosts()
         _ = self.main_port
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        """Always True: ``jsrun`` starts one process per device."""
-        return True
-
-    @property
-    def main_address(self) -> str:
-        """``MASTER_ADDR``, else the first compute host of the rank file."""
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
+    def fallback_address(self) -> str:
+        """The first compute host of the rank file."""
         return self.compute_hosts()[0]
 
-    @property
-    def main_port(self) -> int:
-        """``MASTER_PORT``, else 10000 + ``LSB_JOBID % 1000``."""
-        if "MASTER_PORT" in os.environ:
-            return read_int("MASTER_PORT")
+    def fallback_port(self) -> int:
+        """10000 + ``LSB_JOBID % 1000``."""
         return _PORT_BASE + read_int("LSB_JOBID") % 1000
 
     @staticmethod
     def detect() -> bool:
         """Whether this process is a ``jsrun`` task (the LSF job and JSM namespace variables are set)."""
         return all(name in os.environ for name in _REQUIRED)
-
-    def world_size(self) -> int:
-        """``JSM_NAMESPACE_SIZE``."""
-        return read_int("JSM_NAMESPACE_SIZE")
-
-    def set_world_size(self, size: int) -> None:
-        """Ignored: jsrun's namespace size is authoritative."""
-
-    def global_rank(self) -> int:
-        """``JSM_NAMESPACE_RANK``."""
-        return read_int("JSM_NAMESPACE_RANK")
-
-    def set_global_rank(self, rank: int) -> None:
-        """Ignored: jsrun's namespace rank is authoritative."""
-
-    def local_rank(self) -> int:
-        """``JSM_NAMESPACE_LOCAL_RANK``."""
-        return read_int("JSM_NAMESPACE_LOCAL_RANK")
 
     def node_rank(self) -> int:
         """The position of this host among the distinct compute hosts of the rank file.
@@ -137,11 +116,3 @@ class LSFEnvironment(ClusterEnvironment):
             InvalidConfigError: The rank file is missing, unreadable or empty.
         """
         return topology_of_hosts(self.compute_hosts())
-
-    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
-        """Check that ``devices * num_nodes`` equals ``JSM_NAMESPACE_SIZE``.
-
-        Raises:
-            InvalidConfigError: They differ.
-        """
-        check_world_size("jsrun", self.world_size(), num_devices, num_nodes)

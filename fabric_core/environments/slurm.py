@@ -11,7 +11,7 @@ import sys
 from typing import Final
 
 from fabric_core.environments._env import read_int
-from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.environments._scheduled import RankVariables, ScheduledEnvironment, Variable
 from fabric_core.errors import EnvironmentSetupError, InvalidConfigError, PossibleUserWarning
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
@@ -25,7 +25,7 @@ _PORT_BASE: Final = 15000
 _DEFAULT_PORT: Final = 12910
 
 
-class SLURMEnvironment(ClusterEnvironment):
+class SLURMEnvironment(ScheduledEnvironment):
     """Reads the topology of an ``srun`` job step: one task per device, started by SLURM.
 
     The rendezvous address is the first host of ``SLURM_NODELIST`` (unless ``MASTER_ADDR`` is set); the
@@ -45,25 +45,20 @@ class SLURMEnvironment(ClusterEnvironment):
         _warn_if_srun_unused()
         _check_ntasks()
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        """Always True: ``srun`` starts one task per device."""
-        return True
+    variables = RankVariables(
+        world_size=Variable("SLURM_NTASKS"),
+        global_rank=Variable("SLURM_PROCID"),
+        local_rank=Variable("SLURM_LOCALID"),
+        node_rank=Variable("SLURM_NODEID"),
+    )
 
-    @property
-    def main_address(self) -> str:
-        """``MASTER_ADDR``, else the first host of ``SLURM_NODELIST``, else ``127.0.0.1``."""
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
-        nodelist = os.environ.get("SLURM_NODELIST", "")
-        hosts = expand_hostlist(nodelist)
+    def fallback_address(self) -> str:
+        """The first host of ``SLURM_NODELIST``, else ``127.0.0.1``."""
+        hosts = expand_hostlist(os.environ.get("SLURM_NODELIST", ""))
         return hosts[0] if hosts else "127.0.0.1"
 
-    @property
-    def main_port(self) -> int:
-        """``MASTER_PORT``, else 15000 + the last four digits of ``SLURM_JOB_ID``, else 12910."""
-        if "MASTER_PORT" in os.environ:
-            return read_int("MASTER_PORT")
+    def fallback_port(self) -> int:
+        """15000 + the last four digits of ``SLURM_JOB_ID``, else 12910."""
         job_id = self.job_id()
         if job_id is None:
             return _DEFAULT_PORT
@@ -103,28 +98,6 @@ class SLURMEnvironment(ClusterEnvironment):
             return None
         return read_int("SLURM_JOB_ID")
 
-    def world_size(self) -> int:
-        """``SLURM_NTASKS``."""
-        return read_int("SLURM_NTASKS")
-
-    def set_world_size(self, size: int) -> None:
-        """Ignored: SLURM's task count is authoritative (:meth:`validate_settings` checks it)."""
-
-    def global_rank(self) -> int:
-        """``SLURM_PROCID``."""
-        return read_int("SLURM_PROCID")
-
-    def set_global_rank(self, rank: int) -> None:
-        """Ignored: SLURM's task id is authoritative."""
-
-    def local_rank(self) -> int:
-        """``SLURM_LOCALID``."""
-        return read_int("SLURM_LOCALID")
-
-    def node_rank(self) -> int:
-        """``SLURM_NODEID``."""
-        return read_int("SLURM_NODEID")
-
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices`` and ``num_nodes`` against ``--ntasks-per-node`` and ``--nodes``.
 
@@ -134,15 +107,7 @@ class SLURMEnvironment(ClusterEnvironment):
         """
         if self.job_name() in _INTERACTIVE_JOB_NAMES:
             return
-        per_node = os.environ.get("SLURM_NTASKS_PER_NODE")
-        # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
-        if per_node is not None and _leading_int(per_node) != num_devices:
-            raise InvalidConfigError(
-                f"`Fabric(devices={num_devices})` does not match the SLURM job's "
-                f"`--ntasks-per-node={per_node}`. Set `devices={_leading_int(per_node)}`, or change the job.",
-                argument="devices",
-                value=num_devices,
-            )
+        _check_job_option("devices", num_devices, "ntasks-per-node", "SLURM_NTASKS_PER_NODE")
         local_id = read_int("SLURM_LOCALID", 0)
         if local_id >= num_devices:
             raise InvalidConfigError(
@@ -152,14 +117,7 @@ class SLURMEnvironment(ClusterEnvironment):
                 argument="SLURM_LOCALID",
                 value=local_id,
             )
-        nnodes = os.environ.get("SLURM_NNODES")
-        if nnodes is not None and _leading_int(nnodes) != num_nodes:
-            raise InvalidConfigError(
-                f"`Fabric(num_nodes={num_nodes})` does not match the SLURM job's `--nodes={nnodes}`. "
-                f"Set `num_nodes={_leading_int(nnodes)}`, or change the job.",
-                argument="num_nodes",
-                value=num_nodes,
-            )
+        _check_job_option("num_nodes", num_nodes, "nodes", "SLURM_NNODES")
 
     def topology(self) -> tuple[int, int] | None:
         """``(--ntasks-per-node, --nodes)`` of the job step; ``None`` where the nodes run different task counts.
@@ -173,6 +131,19 @@ class SLURMEnvironment(ClusterEnvironment):
         # "2(x3)" is one count repeated over nodes; "2(x2),1" differs between nodes.
         match = re.fullmatch(r"\s*(\d+)\s*(\(x\d+\))?\s*", per_node)
         return (int(match.group(1)), nodes) if match and int(match.group(1)) > 0 else None
+
+
+def _check_job_option(argument: str, value: int, option: str, variable: str) -> None:
+    """Raise where the job's ``--option`` (exported in ``variable``) differs from ``Fabric(argument=value)``."""
+    exported = os.environ.get(variable)
+    # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
+    if exported is not None and _leading_int(exported) != value:
+        raise InvalidConfigError(
+            f"`Fabric({argument}={value})` does not match the SLURM job's `--{option}={exported}`. "
+            f"Set `{argument}={_leading_int(exported)}`, or change the job.",
+            argument=argument,
+            value=value,
+        )
 
 
 def _check_ntasks() -> None:

@@ -21,15 +21,16 @@ from fabric_core.launchers.launcher import START_METHODS
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
+from fabric_core.strategies._wiring import DEFAULT_PG_TIMEOUT, ParallelWiring, Placement, wired
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
+from fabric_core.utilities.operations import _distributed
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
+    from typing_extensions import Unpack
+
     from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
 
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
 _DIST_AVAILABLE: Final = dist.is_available()
@@ -38,9 +39,6 @@ __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeou
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
-
-#: How long a collective waits for the other ranks before failing (torch's own default).
-DEFAULT_PG_TIMEOUT = timedelta(minutes=30)
 
 
 def as_timeout(timeout: Any, owner: str) -> timedelta:
@@ -113,25 +111,28 @@ def check_forwarded_options(
 
 
 class ParallelStrategy(Strategy):
-    """One process per device, joined by a ``torch.distributed`` process group.
+    """Several devices; by default one process per device, joined by a ``torch.distributed`` process group.
 
     The ranks come from the cluster environment: this process's local and node rank, and the world size
     ``num_nodes * num_processes`` that the strategy records on it. :meth:`setup_environment` (run in
     every process by the launcher) creates the process group. Subclasses decide how modules are wrapped
     (``ddp``, ``fsdp``, ...) and which launcher starts the processes.
 
+    A subclass that drives all its devices from one process (``dp``) declares ``single_process = True``: it
+    then takes no cluster environment from selection (its ranks are 0 and its world size 1), joins no process
+    group, and its one process reads the whole dataset. It stays a ``ParallelStrategy``, as in Lightning, so
+    that ``isinstance(strategy, ParallelStrategy)`` keeps meaning "more than one device".
+
     Collectives act on tensors and nested collections of tensors; without a process group they are the
     identity, as in one process.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
-        parallel_devices: One device per local process; usually filled in by selection.
-        cluster_environment: Where the ranks come from; usually filled in by selection.
-        checkpoint_io: How checkpoints are written.
-        precision: The precision plugin.
-        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's backend.
-        timeout: How long collectives wait for the other ranks: a ``timedelta`` or a number of seconds;
-            ``None`` is torch's default (30 minutes).
+        **wiring: The components selection connects (:class:`~fabric_core.strategies._wiring.ParallelWiring`),
+            by Lightning's names: ``accelerator``, ``parallel_devices`` (one device per local process),
+            ``cluster_environment`` (where the ranks come from), ``checkpoint_io``, ``precision``,
+            ``process_group_backend`` (``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's),
+            ``timeout`` (how long collectives wait for the other ranks: a ``timedelta`` or seconds; ``None``
+            is torch's 30 minutes) and ``start_method`` (how ``fabric.launch()`` starts the processes).
 
     Raises:
         InvalidConfigError: An unknown ``start_method``, or a ``timeout`` that is not positive (an
@@ -142,18 +143,14 @@ class ParallelStrategy(Strategy):
     #: `all_gather` takes a whole nested collection and packs it into as few collectives as it can.
     gathers_collections: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float | None = DEFAULT_PG_TIMEOUT,
-        start_method: str | None = None,
-    ) -> None:
-        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+    @wired(ParallelWiring)
+    def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
+        super().__init__(
+            accelerator=wiring.get("accelerator"),
+            checkpoint_io=wiring.get("checkpoint_io"),
+            precision=wiring.get("precision"),
+        )
+        start_method = wiring.get("start_method")
         if start_method is not None and start_method not in START_METHODS:
             raise InvalidConfigError(
                 f"`{type(self).__name__}(start_method={start_method!r})` is not a start method. Valid choices: "
@@ -162,40 +159,25 @@ class ParallelStrategy(Strategy):
                 value=start_method,
             )
         self._start_method = start_method
-        self._parallel_devices = list(parallel_devices) if parallel_devices is not None else None
-        self._cluster_environment = cluster_environment
+        devices = wiring.get("parallel_devices")
+        self._parallel_devices = list(devices) if devices is not None else None
+        self._cluster_environment = wiring.get("cluster_environment")
         self._num_nodes = 1
-        self._process_group_backend = process_group_backend
-        self._timeout = as_timeout(timeout, type(self).__name__)
+        self._process_group_backend = wiring.get("process_group_backend")
+        self._timeout = as_timeout(wiring.get("timeout"), type(self).__name__)
         self._exit_hook_registered = False
         self._device_for_collectives: torch.device | None = None
         self._root_device: torch.device | None = None
 
     # -- wiring ------------------------------------------------------------------------------------------
-    def connect(
-        self,
-        *,
-        accelerator: Accelerator,
-        precision: Precision,
-        checkpoint_io: CheckpointIO | None,
-        cluster_environment: ClusterEnvironment,
-        parallel_devices: list[torch.device],
-        num_nodes: int,
-    ) -> None:
-        """Complete the strategy (values set in the constructor win), record the ranks, pick a launcher."""
-        super().connect(
-            accelerator=accelerator,
-            precision=precision,
-            checkpoint_io=checkpoint_io,
-            cluster_environment=cluster_environment,
-            parallel_devices=parallel_devices,
-            num_nodes=num_nodes,
-        )
-        if self._cluster_environment is None:
-            self._cluster_environment = cluster_environment
+    def place(self, placement: Placement) -> None:
+        """Take the devices and the environment (values set in the constructor win), record the ranks, pick a
+        launcher."""
+        if self._cluster_environment is None and not self.single_process:
+            self._cluster_environment = placement.cluster_environment
         if self._parallel_devices is None:
-            self._parallel_devices = list(parallel_devices)
-        self._num_nodes = num_nodes
+            self._parallel_devices = list(placement.parallel_devices)
+        self._num_nodes = placement.num_nodes
         self.set_world_ranks()
         self.configure_launcher()
 
@@ -298,8 +280,10 @@ class ParallelStrategy(Strategy):
         return self._parallel_devices[self.local_rank]
 
     @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        """Each process reads the shard of its global rank among ``num_nodes * num_processes``."""
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """Each process reads the shard of its global rank among ``num_nodes * num_processes`` (one process: all)."""
+        if self.single_process:
+            return None
         return {"num_replicas": self._num_nodes * self.num_processes, "rank": self.global_rank}
 
     def set_world_ranks(self) -> None:
@@ -331,10 +315,12 @@ class ParallelStrategy(Strategy):
         rank_zero_only.rank = environment.global_rank()
 
     def setup_environment(self) -> None:
-        """Prepare the device, then join the process group (no-op if this process already has one)."""
+        """Prepare the device, then join the process group (no-op if this process already has one, or is the
+        only one)."""
         self.set_world_ranks()
         super().setup_environment()
-        self.init_process_group()
+        if not self.single_process:
+            self.init_process_group()
 
     def init_process_group(self) -> None:
         """Create the default process group from the cluster environment's address, port and ranks.
@@ -387,10 +373,6 @@ class ParallelStrategy(Strategy):
             self._exit_hook_registered = True
 
     # -- collectives -------------------------------------------------------------------------------------
-    @staticmethod
-    def _distributed() -> bool:
-        return _DIST_AVAILABLE and dist.is_initialized()
-
     def all_reduce(self, tensor: Tensor | Any, group: Any = None, reduce_op: Any = "mean") -> Tensor | Any:
         """Reduce every tensor in ``tensor`` across processes, in place (no barrier first).
 
@@ -433,7 +415,7 @@ class ParallelStrategy(Strategy):
             ValueError: On every rank alike, when the ranks' shapes or dtypes differ (instead of a hang or
                 an abort); the process group stays usable.
         """
-        if not self._distributed():
+        if not _distributed():
             return tensor
         device = self._collective_device()
         data = tensor if _collectives.only_tensors(tensor) else convert_to_tensors(tensor, device)
@@ -441,7 +423,7 @@ class ParallelStrategy(Strategy):
 
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable object from global rank ``src`` to every process, and return it."""
-        if not self._distributed():
+        if not _distributed():
             return obj
         objects: list[Any] = [obj]
         dist.broadcast_object_list(objects, src=src)
@@ -453,7 +435,7 @@ class ParallelStrategy(Strategy):
 
         Extra arguments are accepted and ignored, as Lightning's strategies do.
         """
-        if not self._distributed():
+        if not _distributed():
             return
         if dist.get_backend() == "nccl":
             dist.barrier(device_ids=[self.root_device.index or 0])
@@ -462,7 +444,7 @@ class ParallelStrategy(Strategy):
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Combine one boolean per process: ``all`` of them, else any of them."""
-        if not self._distributed():
+        if not _distributed():
             return decision
         votes = torch.tensor(int(decision), device=self._collective_device())
         dist.all_reduce(votes, op=dist.ReduceOp.SUM)
@@ -497,7 +479,7 @@ class ParallelStrategy(Strategy):
             self._cluster_environment.teardown()
 
     def _close_at_exit(self) -> None:
-        if self._distributed():
+        if _distributed():
             # After an uncaught exception the other ranks may never arrive: the job ends without meeting them.
             self._close_process_group(meet_peers=not _exit.failed())
 
@@ -509,7 +491,7 @@ class ParallelStrategy(Strategy):
         """
         self.release_modules()
         gc.collect()
-        if not self._distributed():
+        if not _distributed():
             return
         if meet_peers:
             # Bounded by seconds, not by the collective timeout: a peer stuck in a collective would

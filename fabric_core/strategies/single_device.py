@@ -6,15 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabric_core.strategies._wiring import Placement, Wiring, wired
 from fabric_core.strategies.strategy import Strategy
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
+    from typing_extensions import Unpack
 
 __all__ = ["SingleDeviceStrategy"]
 
@@ -22,14 +19,9 @@ __all__ = ["SingleDeviceStrategy"]
 class SingleDeviceStrategy(Strategy):
     """Runs everything in this process on one device; collectives are the identity."""
 
-    def __init__(
-        self,
-        device: torch.device | str | int | None = None,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-    ) -> None:
-        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+    @wired(Wiring)
+    def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
+        super().__init__(**wiring)
         self._device = torch.device(device) if device is not None else None
 
     # Lightning's signatures: extra arguments are accepted and ignored (one process has nothing to wait for
@@ -40,26 +32,10 @@ class SingleDeviceStrategy(Strategy):
     def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def connect(
-        self,
-        *,
-        accelerator: Accelerator,
-        precision: Precision,
-        checkpoint_io: CheckpointIO | None,
-        cluster_environment: ClusterEnvironment,
-        parallel_devices: list[torch.device],
-        num_nodes: int,
-    ) -> None:
-        super().connect(
-            accelerator=accelerator,
-            precision=precision,
-            checkpoint_io=checkpoint_io,
-            cluster_environment=cluster_environment,
-            parallel_devices=parallel_devices,
-            num_nodes=num_nodes,
-        )
-        if self._device is None and parallel_devices:
-            self._device = parallel_devices[0]
+    def place(self, placement: Placement) -> None:
+        """Run on the first device selection chose, unless the constructor was given one."""
+        if self._device is None and placement.parallel_devices:
+            self._device = placement.parallel_devices[0]
 
     @property
     def root_device(self) -> torch.device:

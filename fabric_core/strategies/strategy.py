@@ -16,11 +16,14 @@ from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import load_module, restore_state
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies._wiring import Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.init import EmptyInit
 from fabric_core.utilities.types import PathLike, Stateful
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.launchers.launcher import Launcher
 
@@ -59,6 +62,10 @@ class Strategy(ABC):
 
     Built by name from the catalog (its entry's ``defaults`` and the user's options become constructor
     arguments), then completed by :meth:`connect` with what selection decided.
+
+    Args:
+        **wiring: ``accelerator``, ``checkpoint_io`` and ``precision`` (see :class:`Wiring`); usually left to
+            selection.
     """
 
     #: Whether model and optimizers must be set up together (``fabric.setup_optimizers`` is refused).
@@ -68,15 +75,11 @@ class Strategy(ABC):
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-    ) -> None:
-        self._accelerator = accelerator
-        self._checkpoint_io = checkpoint_io
-        self._precision = precision
+    @wired(Wiring)
+    def __init__(self, **wiring: Unpack[Wiring]) -> None:
+        self._accelerator = wiring.get("accelerator")
+        self._checkpoint_io = wiring.get("checkpoint_io")
+        self._precision = wiring.get("precision")
         self._launcher: Launcher | None = None
         self._backward_sync_control: BackwardSyncControl | None = None
 
@@ -135,8 +138,8 @@ class Strategy(ABC):
     ) -> None:
         """Complete the strategy with what selection decided; values the user set on it are kept.
 
-        Raises:
-            InvalidConfigError: The strategy already carries a different accelerator/precision.
+        The components fill what the constructor left empty; where the processes run is handed to
+        :meth:`place`, which the strategies that care about it override (this is the only ``connect``).
         """
         if self._accelerator is None:
             self._accelerator = accelerator
@@ -144,6 +147,10 @@ class Strategy(ABC):
             self._precision = precision
         if self._checkpoint_io is None:
             self._checkpoint_io = checkpoint_io
+        self.place(Placement(cluster_environment, list(parallel_devices), num_nodes))
+
+    def place(self, placement: Placement) -> None:  # noqa: B027 - optional hook
+        """Take the devices, ranks and nodes selection decided, keeping those given to the constructor."""
 
     # -- topology ----------------------------------------------------------------------------------------
     @property

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy, check_forwarded_options
+from fabric_core.strategies._wiring import ParallelWiring, split_wiring, wired
+from fabric_core.strategies.parallel import ParallelStrategy, check_forwarded_options
 from fabric_core.strategies.strategy import BackwardSyncControl
 
-if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
-
 __all__ = ["DDPStrategy"]
-
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
 
 
 class DDPStrategy(ParallelStrategy):
@@ -34,17 +25,12 @@ class DDPStrategy(ParallelStrategy):
     gradient accumulation); the next synchronised backward catches up.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
-        parallel_devices: One device per local process; usually filled in by selection.
-        cluster_environment: Where the ranks come from; usually filled in by selection.
-        checkpoint_io: How checkpoints are written.
-        precision: The precision plugin.
-        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's.
-        timeout: How long collectives wait for the other ranks.
-        start_method: ``"popen"`` (run the script again per device: ``ddp``), ``"spawn"``
-            (``ddp_spawn``), ``"fork"`` (``ddp_fork``, ``ddp_notebook``) or ``"forkserver"``.
-        **ddp_kwargs: Passed to ``DistributedDataParallel``: ``find_unused_parameters``,
-            ``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``broadcast_buffers``, ...
+        **ddp_kwargs: The wiring of every parallel strategy (``accelerator``, ``parallel_devices``, ...,
+            ``timeout``; see :class:`~fabric_core.strategies.parallel.ParallelStrategy`), with ``start_method``
+            ``"popen"`` (run the script again per device: ``ddp``, the default), ``"spawn"`` (``ddp_spawn``),
+            ``"fork"`` (``ddp_fork``, ``ddp_notebook``) or ``"forkserver"``; the other keywords are passed to
+            ``DistributedDataParallel``: ``find_unused_parameters``, ``static_graph``,
+            ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``broadcast_buffers``, ...
 
     Raises:
         InvalidConfigError: An unknown ``start_method``, or ``device_ids`` among ``ddp_kwargs`` (the
@@ -52,28 +38,10 @@ class DDPStrategy(ParallelStrategy):
         UnknownOptionError: A keyword argument that ``DistributedDataParallel`` does not take either.
     """
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
-        start_method: str = "popen",
-        **ddp_kwargs: Any,
-    ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-        )
+    @wired(ParallelWiring, start_method="popen")
+    def __init__(self, **ddp_kwargs: Any) -> None:
+        wiring, ddp_kwargs = split_wiring(ddp_kwargs)
+        super().__init__(**wiring)
         for reserved in ("device_ids", "output_device"):
             if reserved in ddp_kwargs:
                 raise InvalidConfigError(

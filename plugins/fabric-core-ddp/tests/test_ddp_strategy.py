@@ -14,6 +14,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core_ddp.ddp import DDPStrategy
 from fabric_core_ddp.dp import DataParallelStrategy
 
@@ -98,6 +99,25 @@ def test_dp_is_one_process_with_identity_collectives() -> None:
     assert strategy.reduce_boolean_decision(False) is False
     strategy.setup_environment()
     assert not torch.distributed.is_initialized()
+
+
+def test_dp_is_a_parallel_strategy_that_declares_one_process_instead_of_undoing_the_parallel_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Lightning's DataParallelStrategy is a ParallelStrategy, so `isinstance(strategy, ParallelStrategy)` in user
+    # code must hold; its single process comes from `single_process`, not from overriding the ranks, the
+    # device, the sampler, the process group and the collectives back one by one.
+    assert issubclass(DataParallelStrategy, ParallelStrategy)
+    own = {name for name in vars(DataParallelStrategy) if not name.startswith("_")}
+    assert own <= {"single_process", "setup_module", "get_module_state_dict", "load_module_state_dict", "all_reduce"}
+    # The ranks of a job that placed this process elsewhere do not apply to the one process that drives all devices.
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("NODE_RANK", "1")
+    strategy = DataParallelStrategy()
+    connect(strategy, devices=3)
+    assert (strategy.global_rank, strategy.local_rank, strategy.node_rank, strategy.world_size) == (0, 0, 0, 1)
+    assert strategy.root_device == CPU and strategy.num_processes == 3
+    assert strategy.distributed_sampler_kwargs is None and strategy.is_global_zero
 
 
 def test_dp_wraps_in_data_parallel_and_saves_clean_keys() -> None:

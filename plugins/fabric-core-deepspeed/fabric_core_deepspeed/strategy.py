@@ -7,31 +7,28 @@ import copy
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-import torch
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.strategies._wiring import ParallelWiring, Placement, wired
+from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.utilities.types import PathLike
 from fabric_core_deepspeed import _checkpoint, _config
 from fabric_core_deepspeed.precision import DeepSpeedPrecision
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
+    from typing_extensions import Unpack
+
     from fabric_core.precision.precision import Precision
 
 __all__ = ["DeepSpeedStrategy"]
 
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
 
 
 class DeepSpeedStrategy(ParallelStrategy):
@@ -45,7 +42,6 @@ class DeepSpeedStrategy(ParallelStrategy):
     :func:`fabric_core_deepspeed.consolidate` turns one into a single file.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
         zero_optimization: Put a ``zero_optimization`` section in the generated config.
         stage: ZeRO stage: 0 (off), 1, 2 or 3.
         remote_device: Where ``fabric.init_module()`` creates stage-3 parameters (``"cpu"``, ``"nvme"``);
@@ -73,8 +69,6 @@ class DeepSpeedStrategy(ParallelStrategy):
         config: A DeepSpeed config dict or a path to a JSON file; replaces the options above (except the
             precision and batch-size additions). Also read from ``FABRIC_CORE_DEEPSPEED_CONFIG_PATH``.
         logging_level: Level of DeepSpeed's logger.
-        parallel_devices: One device per local process; usually filled in by selection.
-        cluster_environment: Where the ranks come from; usually filled in by selection.
         loss_scale: fp16 loss scale; 0 means dynamic scaling.
         initial_scale_power: Dynamic scaling starts at ``2**initial_scale_power``.
         loss_scale_window: Steps without overflow before the scale grows.
@@ -86,12 +80,11 @@ class DeepSpeedStrategy(ParallelStrategy):
         load_full_weights: ``fabric.load`` reads a single file holding the whole model's state dict (e.g. a
             consolidated checkpoint), not a DeepSpeed checkpoint folder. A file is recognised as such
             without it too; with it, a folder is refused.
-        precision: A :class:`DeepSpeedPrecision`; usually filled in by selection.
-        process_group_backend: ``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's.
-        timeout: How long collectives wait for the other ranks.
-        start_method: ``"popen"`` (run the script again per device, the default), ``"spawn"``, ``"fork"``
-            or ``"forkserver"`` (``fabric.launch(fn)`` starts workers running ``fn``).
-
+        **wiring: As for :class:`~fabric_core.strategies.parallel.ParallelStrategy` (``accelerator``,
+            ``parallel_devices``, ..., ``timeout``); ``precision`` must be a :class:`DeepSpeedPrecision` (usually
+            filled in by selection), and ``start_method`` is ``"popen"`` (run the script again per device)
+            unless it is ``"spawn"``, ``"fork"`` or ``"forkserver"`` (``fabric.launch(fn)`` starts workers
+            running ``fn``).
     Raises:
         InvalidConfigError: An unknown stage, offload device or start method, or a config file that cannot
             be read.
@@ -101,9 +94,9 @@ class DeepSpeedStrategy(ParallelStrategy):
     #: Lightning's variable naming a config file (``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` is read first).
     DEEPSPEED_ENV_VAR: ClassVar[str] = _config.LIGHTNING_CONFIG_PATH_VARIABLE
 
+    @wired(ParallelWiring, start_method="popen")
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
         zero_optimization: bool = True,
         stage: int = 2,
         remote_device: str | None = None,
@@ -133,8 +126,6 @@ class DeepSpeedStrategy(ParallelStrategy):
         logging_batch_size_per_gpu: int | None = None,
         config: Mapping[str, Any] | PathLike | None = None,
         logging_level: int = logging.WARNING,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
         loss_scale: float = 0,
         initial_scale_power: int = 16,
         loss_scale_window: int = 1000,
@@ -146,22 +137,9 @@ class DeepSpeedStrategy(ParallelStrategy):
         synchronize_checkpoint_boundary: bool = False,
         exclude_frozen_parameters: bool = False,
         load_full_weights: bool = False,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
-        start_method: str = "popen",
+        **wiring: Unpack[ParallelWiring],
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-        )
+        super().__init__(**wiring)
         _check_choice("stage", stage, _config.STAGES)
         _check_choice("offload_params_device", offload_params_device, _config.OFFLOAD_DEVICES)
         _check_choice("offload_optimizer_device", offload_optimizer_device, _config.OFFLOAD_DEVICES)
@@ -267,9 +245,9 @@ class DeepSpeedStrategy(ParallelStrategy):
     def precision(self, precision: Precision | None) -> None:
         self._precision = precision
 
-    def connect(self, **kwargs: Any) -> None:
-        """Complete the strategy like every parallel strategy, and check that the precision is DeepSpeed's."""
-        super().connect(**kwargs)
+    def place(self, placement: Placement) -> None:
+        """Take the placement like every parallel strategy, then check that the precision is DeepSpeed's."""
+        super().place(placement)
         _ = self.precision
 
     def setup_environment(self) -> None:

@@ -11,7 +11,6 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -22,20 +21,17 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, ParallelStrategy
+from fabric_core.strategies._wiring import ParallelWiring, wired
+from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
+    from typing_extensions import Unpack
 
 __all__ = ["STATE_DICT_TYPES", "ShardedStrategy"]
 
-#: ``"popen"`` runs the script again per device; the others start processes with multiprocessing.
 STATE_DICT_TYPES: Final = ("sharded", "full")
 # Wrappers that put a segment into parameter names but not into state-dict keys.
 _NAME_SEGMENTS: Final = ("_checkpoint_wrapped_module.", "_orig_mod.")
@@ -54,37 +50,18 @@ class ShardedStrategy(ParallelStrategy):
     Subclasses build the mesh in :meth:`setup_environment` and shard modules in :meth:`shard_module`.
 
     Args:
-        start_method: ``"popen"`` (run the script again per device), ``"spawn"``, ``"fork"``, ``"forkserver"``.
         state_dict_type: ``"sharded"`` saves a folder (one file per rank, any number of processes can load it);
             ``"full"`` gathers everything on rank 0 and writes one file.
-        Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
+        **wiring: As for :class:`~fabric_core.strategies.parallel.ParallelStrategy`; ``start_method`` is
+            ``"popen"`` (run the script again per device) unless it is ``"spawn"``, ``"fork"`` or ``"forkserver"``.
 
     Raises:
         InvalidConfigError: An unknown ``start_method`` or ``state_dict_type``.
     """
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
-        start_method: str = "popen",
-        state_dict_type: str = "sharded",
-    ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-        )
+    @wired(ParallelWiring, start_method="popen")
+    def __init__(self, state_dict_type: str = "sharded", **wiring: Unpack[ParallelWiring]) -> None:
+        super().__init__(**wiring)
         if state_dict_type not in STATE_DICT_TYPES:
             raise InvalidConfigError(
                 f"`{type(self).__name__}(state_dict_type={state_dict_type!r})` is not supported. "

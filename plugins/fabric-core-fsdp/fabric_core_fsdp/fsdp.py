@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -21,7 +20,8 @@ from torch.distributed.fsdp import (
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT, check_forwarded_options
+from fabric_core.strategies._wiring import ParallelWiring, split_wiring, wired
+from fabric_core.strategies.parallel import check_forwarded_options
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core_fsdp._fsdp1 import (
     SHARDING_STRATEGIES,
@@ -36,12 +36,6 @@ from fabric_core_fsdp._fsdp1 import (
 )
 from fabric_core_fsdp._sharded import ShardedStrategy
 from fabric_core_fsdp.precision import FSDPPrecision
-
-if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
 
 __all__ = ["SHARDING_STRATEGIES", "FSDPStrategy"]
 
@@ -125,15 +119,16 @@ class FSDPStrategy(ShardedStrategy):
         mixed_precision: torch's (FSDP1) ``MixedPrecision`` (its ``buffer_dtype`` is applied by casting the
             module's floating-point buffers at setup) or FSDP2's ``MixedPrecisionPolicy``; replaces the
             policy the precision plugin gives.
-        start_method: ``"popen"`` (``fsdp``: the script runs again per device), or ``"spawn"``/``"fork"``/
-            ``"forkserver"`` (``fabric.launch(fn)`` runs ``fn`` in new processes).
-        **fully_shard_kwargs: More arguments for every ``fully_shard`` call (e.g. ``shard_placement_fn``), or
+        **fully_shard_kwargs: The wiring of every parallel strategy (``accelerator``, ..., ``timeout``; see
+            :class:`~fabric_core.strategies.parallel.ParallelStrategy`), with ``start_method`` ``"popen"``
+            (``fsdp``: the script runs again per device, the default), or ``"spawn"``/``"fork"``/``"forkserver"``
+            (``fabric.launch(fn)`` runs ``fn`` in new processes). The other keywords are more arguments
+            for every ``fully_shard`` call (e.g. ``shard_placement_fn``), or
             Lightning's ``FullyShardedDataParallel`` arguments: ``sync_module_states=True`` broadcasts rank 0's
             module before sharding; ``ignored_modules``/``ignored_states`` become ``ignored_params``;
             ``backward_prefetch``, ``forward_prefetch``, ``limit_all_gathers`` and ``use_orig_params=True``
             change nothing under FSDP2 and are accepted; ``use_orig_params=False``, ``param_init_fn``,
             ``process_group`` and ``device_id`` are refused with what to use instead.
-        Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
 
     Raises:
         InvalidConfigError: Unknown or contradictory options, FSDP1 options FSDP2 cannot express (also a
@@ -141,16 +136,9 @@ class FSDPStrategy(ShardedStrategy):
         UnknownShardingStrategyError: An unknown ``sharding_strategy`` name (also a ``KeyError``).
     """
 
+    @wired(ParallelWiring, start_method="popen")
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
-        start_method: str = "popen",
         auto_wrap_policy: Policy | Callable[[Module], bool] | None = None,
         reshard_after_forward: bool | None = None,
         sharding_strategy: Any = None,
@@ -162,17 +150,8 @@ class FSDPStrategy(ShardedStrategy):
         mixed_precision: MixedPrecision | MixedPrecisionPolicy | None = None,
         **fully_shard_kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-            state_dict_type=state_dict_type,
-        )
+        wiring, fully_shard_kwargs = split_wiring(fully_shard_kwargs)
+        super().__init__(state_dict_type=state_dict_type, **wiring)
         for reserved in ("mesh", "mp_policy", "offload_policy"):
             if reserved in fully_shard_kwargs:
                 raise InvalidConfigError(

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies.parallel import DEFAULT_PG_TIMEOUT
+from fabric_core.strategies._wiring import ParallelWiring, wired
 from fabric_core_fsdp._sharded import ShardedStrategy
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
+    from typing_extensions import Unpack
 
 __all__ = ["MESH_DIMS", "ModelParallelStrategy"]
 
@@ -54,27 +49,21 @@ class ModelParallelStrategy(ShardedStrategy):
         tensor_parallel_size: Size of the tensor-parallel dimension; ``"auto"``: the devices per node (or what
             is left after ``data_parallel_size``).
         save_distributed_checkpoint: ``True`` saves a sharded folder; ``False`` one full file from rank 0.
-        start_method: ``"popen"`` (the script runs again per device), or ``"spawn"``/``"fork"``/``"forkserver"``.
-        Others: as for :class:`~fabric_core.strategies.parallel.ParallelStrategy`.
+        **wiring: As for :class:`~fabric_core.strategies.parallel.ParallelStrategy`; ``start_method`` is ``"popen"``
+            (the script runs again per device) unless it is ``"spawn"``, ``"fork"`` or ``"forkserver"``.
 
     Raises:
         InvalidConfigError: No ``parallelize_fn``, or sizes that are not positive ints or ``"auto"``.
     """
 
+    @wired(ParallelWiring, start_method="popen")
     def __init__(
         self,
         parallelize_fn: Callable[[Module, DeviceMesh], Module] | None = None,
         data_parallel_size: int | str = "auto",
         tensor_parallel_size: int | str = "auto",
         save_distributed_checkpoint: bool = True,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: ClusterEnvironment | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta = DEFAULT_PG_TIMEOUT,
-        start_method: str = "popen",
+        **wiring: Unpack[ParallelWiring],
     ) -> None:
         if not callable(parallelize_fn):
             raise InvalidConfigError(
@@ -84,17 +73,7 @@ class ModelParallelStrategy(ShardedStrategy):
                 argument="parallelize_fn",
                 value=parallelize_fn,
             )
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-            state_dict_type="sharded" if save_distributed_checkpoint else "full",
-        )
+        super().__init__(state_dict_type="sharded" if save_distributed_checkpoint else "full", **wiring)
         self._parallelize_fn = parallelize_fn
         self._data_parallel_size = _size(data_parallel_size, "data_parallel_size")
         self._tensor_parallel_size = _size(tensor_parallel_size, "tensor_parallel_size")

@@ -17,15 +17,14 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import restore_state
-from fabric_core.precision.precision import Precision
+from fabric_core.strategies._wiring import DevicesWiring, split_wiring, wired
 from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core_xla.strategy import XLAStrategy
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
+    pass
 
 __all__ = ["XLAFSDPStrategy"]
 
@@ -42,10 +41,6 @@ class XLAFSDPStrategy(XLAStrategy):
     ``optimizer.step()`` followed by the end of the XLA step.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
-        parallel_devices: One device per process; usually filled in by selection.
-        checkpoint_io: How single-file checkpoints are written.
-        precision: The precision plugin.
         auto_wrap_policy: Which submodules get their own wrapper: a set of module classes, or a callable
             ``(module, recurse, unwrapped_params) -> bool`` as torch_xla expects.
         activation_checkpointing_policy: A set of module classes whose activations are recomputed in the
@@ -54,19 +49,18 @@ class XLAFSDPStrategy(XLAStrategy):
             (fast, resumable with the same number of processes). ``"full"``: one consolidated file with the
             whole model, loadable without XLA; optimizer states are left out of it.
         sequential_save: Write the shard files one process after another (less host memory at once).
-        **kwargs: Passed to ``XlaFullyShardedDataParallel`` (``compute_dtype``, ``flatten_parameters``, ...).
+        **kwargs: The wiring of :class:`XLAStrategy` (``accelerator``, ``parallel_devices``, ``checkpoint_io``
+            for single-file checkpoints, ``precision``); the other keywords are passed to
+            ``XlaFullyShardedDataParallel`` (``compute_dtype``, ``flatten_parameters``, ...).
 
     Raises:
         InvalidConfigError: An unknown ``state_dict_type``.
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
+    @wired(DevicesWiring)
     def __init__(
         self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
         auto_wrap_policy: set[type[Module]] | Callable[..., bool] | None = None,
         activation_checkpointing_policy: set[type[Module]] | None = None,
         state_dict_type: StateDictType = "sharded",
@@ -79,13 +73,8 @@ class XLAFSDPStrategy(XLAStrategy):
                 argument="state_dict_type",
                 value=state_dict_type,
             )
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            sync_module_states=False,  # the wrapper shards what each process holds
-        )
+        wiring, kwargs = split_wiring(kwargs, DevicesWiring)
+        super().__init__(sync_module_states=False, **wiring)  # the wrapper shards what each process holds
         self._auto_wrap_policy = auto_wrap_policy
         self._checkpointed = tuple(activation_checkpointing_policy or ())
         self._state_dict_type: StateDictType = state_dict_type

@@ -8,6 +8,7 @@ import torch
 
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies._wiring import Wiring, wired
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device as xla_device
@@ -15,7 +16,7 @@ from fabric_core_xla.checkpoint_io import XLACheckpointIO
 from fabric_core_xla.precision import XLAPrecision
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
+    from typing_extensions import Unpack
 
 __all__ = ["SingleDeviceXLAStrategy", "SingleTPUStrategy"]
 
@@ -26,25 +27,19 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
     Args:
         device: The device: ``torch.device("xla", i)``, ``"xla:i"`` or the index ``i``; by default the one
             selection chose.
-        accelerator: The accelerator; usually filled in by selection.
-        checkpoint_io: How checkpoints are written (:class:`XLACheckpointIO` by default).
-        precision: The precision plugin (:class:`XLAPrecision` ``"32-true"`` by default).
+        **wiring: ``accelerator``, ``checkpoint_io`` (:class:`XLACheckpointIO` by default) and ``precision``
+            (:class:`XLAPrecision` ``"32-true"`` by default); usually filled in by selection.
 
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    def __init__(
-        self,
-        device: torch.device | str | int | None = None,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-    ) -> None:
+    @wired(Wiring)
+    def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         xla_device.require_torch_xla(type(self).__name__)
         if isinstance(device, int) and not isinstance(device, bool):
             device = torch.device("xla", device)
-        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+        super().__init__(device=device, **wiring)
 
     @property
     def root_device(self) -> torch.device:
@@ -62,15 +57,10 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
 class SingleTPUStrategy(SingleDeviceXLAStrategy):
     """Deprecated (as in Lightning): use :class:`SingleDeviceXLAStrategy` (``strategy="single_xla"``)."""
 
-    def __init__(
-        self,
-        device: torch.device | str | int | None = None,
-        accelerator: Accelerator | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-    ) -> None:
+    @wired(Wiring)
+    def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         rank_zero_deprecation(
             "The `SingleTPUStrategy` class is deprecated. Use `fabric_core.strategies.SingleDeviceXLAStrategy` "
             "(strategy 'single_xla') instead."
         )
-        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+        super().__init__(device=device, **wiring)

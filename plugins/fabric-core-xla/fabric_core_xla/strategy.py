@@ -14,6 +14,7 @@ from torch.nn import Module
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies._wiring import DevicesWiring, wired
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -25,7 +26,7 @@ from fabric_core_xla.launcher import XLALauncher
 from fabric_core_xla.precision import XLAPrecision
 
 if TYPE_CHECKING:
-    from fabric_core.accelerators.accelerator import Accelerator
+    from typing_extensions import Unpack
 
 __all__ = ["XLAStrategy"]
 
@@ -42,33 +43,20 @@ class XLAStrategy(ParallelStrategy):
     starting the XLA runtime in the parent would keep torch_xla from spawning.
 
     Args:
-        accelerator: The accelerator; usually filled in by selection.
-        parallel_devices: One device per process; usually filled in by selection.
-        checkpoint_io: How checkpoints are written (:class:`XLACheckpointIO` by default).
-        precision: The precision plugin (:class:`XLAPrecision` ``"32-true"`` by default).
         sync_module_states: Copy rank 0's parameters and buffers to every process at ``setup``.
+        **wiring: ``accelerator``, ``parallel_devices`` (one device per process), ``checkpoint_io``
+            (:class:`XLACheckpointIO` by default) and ``precision`` (:class:`XLAPrecision` ``"32-true"`` by
+            default); usually filled in by selection.
 
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        checkpoint_io: CheckpointIO | None = None,
-        precision: Precision | None = None,
-        sync_module_states: bool = True,
-    ) -> None:
+    @wired(DevicesWiring)
+    def __init__(self, sync_module_states: bool = True, **wiring: Unpack[DevicesWiring]) -> None:
         device.require_torch_xla(type(self).__name__)
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=XLAEnvironment(),
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend="xla",
-        )
+        # torch_xla's runtime places the processes and joins them: neither is the user's to choose.
+        super().__init__(cluster_environment=XLAEnvironment(), process_group_backend="xla", **wiring)
         self._launched = False
         self._sync_module_states = sync_module_states
 
