@@ -128,7 +128,6 @@ PRIVATE_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {
 OVERSIZED_TO_SPLIT: Final[Mapping[str, str]] = {
     "fabric_core/fabric.py": _STEP,
     "fabric_core/wrappers.py": _STEP,
-    "plugins/fabric-core-deepspeed/fabric_core_deepspeed/strategy.py": _STRATEGIES,
 }
 #: Torch imported when a torch-free module is imported: ``{module: owner}``.
 TORCH_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}

@@ -21,10 +21,9 @@ from fabric_core.launchers.launcher import START_METHODS
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
-from fabric_core.strategies._wiring import DEFAULT_PG_TIMEOUT, ParallelWiring, Placement, wired
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, ParallelWiring, Placement, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
-from fabric_core.utilities.operations import _distributed
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
 if TYPE_CHECKING:
@@ -34,6 +33,10 @@ if TYPE_CHECKING:
 
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
 _DIST_AVAILABLE: Final = dist.is_available()
+
+
+def _distributed() -> bool:
+    return _DIST_AVAILABLE and dist.is_initialized()
 
 __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 
@@ -127,7 +130,7 @@ class ParallelStrategy(Strategy):
     identity, as in one process.
 
     Args:
-        **wiring: The components selection connects (:class:`~fabric_core.strategies._wiring.ParallelWiring`),
+        **wiring: The components selection connects (:class:`~fabric_core.strategies.wiring.ParallelWiring`),
             by Lightning's names: ``accelerator``, ``parallel_devices`` (one device per local process),
             ``cluster_environment`` (where the ranks come from), ``checkpoint_io``, ``precision``,
             ``process_group_backend`` (``"gloo"``, ``"nccl"``, ...; defaults to the accelerator's),

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fabric_core.strategies._wiring import Placement, Wiring, wired
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.strategies.wiring import Placement, Wiring, wired
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -16,7 +16,7 @@ from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import load_module, restore_state
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies._wiring import Placement, Wiring, wired
+from fabric_core.strategies.wiring import Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.init import EmptyInit
 from fabric_core.utilities.types import PathLike, Stateful

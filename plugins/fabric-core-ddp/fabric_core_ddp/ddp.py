@@ -10,9 +10,9 @@ from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies._wiring import ParallelWiring, split_wiring, wired
 from fabric_core.strategies.parallel import ParallelStrategy, check_forwarded_options
 from fabric_core.strategies.strategy import BackwardSyncControl
+from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
 
 __all__ = ["DDPStrategy"]
 

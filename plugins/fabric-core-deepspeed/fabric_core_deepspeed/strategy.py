@@ -16,8 +16,8 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
-from fabric_core.strategies._wiring import ParallelWiring, Placement, wired
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
 from fabric_core.utilities.types import PathLike
 from fabric_core_deepspeed import _checkpoint, _config
 from fabric_core_deepspeed.precision import DeepSpeedPrecision

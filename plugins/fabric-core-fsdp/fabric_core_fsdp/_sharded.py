@@ -21,8 +21,8 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies._wiring import ParallelWiring, wired
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm

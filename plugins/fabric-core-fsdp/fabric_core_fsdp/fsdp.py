@@ -20,8 +20,8 @@ from torch.distributed.fsdp import (
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies._wiring import ParallelWiring, split_wiring, wired
 from fabric_core.strategies.parallel import check_forwarded_options
+from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core_fsdp._fsdp1 import (
     SHARDING_STRATEGIES,

@@ -9,7 +9,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies._wiring import ParallelWiring, wired
+from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core_fsdp._sharded import ShardedStrategy
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.io.restore import restore_state
-from fabric_core.strategies._wiring import DevicesWiring, split_wiring, wired
 from fabric_core.strategies.strategy import put_filtered
+from fabric_core.strategies.wiring import DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core_xla.strategy import XLAStrategy
 

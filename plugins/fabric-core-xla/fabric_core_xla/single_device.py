@@ -8,8 +8,8 @@ import torch
 
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies._wiring import Wiring, wired
 from fabric_core.strategies.single_device import SingleDeviceStrategy
+from fabric_core.strategies.wiring import Wiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device as xla_device
 from fabric_core_xla.checkpoint_io import XLACheckpointIO

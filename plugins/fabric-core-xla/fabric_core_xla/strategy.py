@@ -14,9 +14,9 @@ from torch.nn import Module
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies._wiring import DevicesWiring, wired
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.strategies.wiring import DevicesWiring, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_only
 from fabric_core_xla import device
