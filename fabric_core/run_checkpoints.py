@@ -244,7 +244,9 @@ class RunCheckpoints:
         rows = fabric.all_gather(_rng_states.capture(fabric.device))
         if fabric.world_size == 1:
             rows = {key: value.unsqueeze(0) for key, value in rows.items()}
-        rows = {key: value.cpu() for key, value in rows.items()}
+        # Own copies: a strategy may gather the dict in one buffer, and torch.save refuses views of one
+        # storage as different dtypes.
+        rows = {key: value.cpu().clone() for key, value in rows.items()}
         target = self.directory / f"step-{step:08d}"
         temp = ""
         if fabric.is_global_zero:
