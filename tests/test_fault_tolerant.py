@@ -6,6 +6,7 @@ run's output. Steps sleep 50 ms (``--step-seconds``) so that a signal lands well
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -99,10 +100,8 @@ class Job:
         return code
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the session ended already
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(timeout=10)
 
 
