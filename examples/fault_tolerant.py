@@ -44,8 +44,9 @@ def batch_for(step: int, rank: int, device: torch.device) -> tuple[torch.Tensor,
 def digest(model: nn.Module) -> str:
     """sha256 of the concatenated bytes of the parameters (gathered whole where a strategy shards them)."""
     with GatheredParameters(list(model.parameters())):
-        data = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
-    return hashlib.sha256(data).hexdigest()
+        # Copies: a numpy view would pin the storage that FSDP frees when it shards the parameters again.
+        whole = [p.detach().cpu().clone() for p in model.parameters()]
+    return hashlib.sha256(b"".join(t.numpy().tobytes() for t in whole)).hexdigest()
 
 
 def main() -> None:
