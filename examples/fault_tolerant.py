@@ -33,7 +33,8 @@ SEED = 1234
 
 def batch_for(step: int, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch of one process at one step, with noise from the three global generators on top."""
-    generator = torch.Generator().manual_seed((rank << 32) + step)
+    # torch's CPU generator keeps only the low 32 bits of a seed: mix the rank in below them.
+    generator = torch.Generator().manual_seed((step * 100_003 + rank) % 2**32)
     inputs = torch.randn(32, 16, generator=generator)
     targets = torch.sin(inputs[:, :8]).sum(1, keepdim=True) - inputs[:, 8:].pow(2).mean(1, keepdim=True)
     noise = torch.from_numpy(np.random.standard_normal(inputs.shape).astype(np.float32))
