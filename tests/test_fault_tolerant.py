@@ -109,15 +109,18 @@ def one_process(directory: Path) -> list[str]:
     return [sys.executable, str(SCRIPT), *OPTIONS, "--dir", str(directory)]
 
 
-def two_processes(directory: Path, port: int) -> list[str]:
+def two_processes(directory: Path, port: int, strategy: str = "ddp") -> list[str]:
     launcher = (sys.executable, "-m", "fabric_core", "run", "--accelerator", "cpu", "--devices", "2")
-    return [*launcher, "--strategy", "ddp", "--main-port", str(port), str(SCRIPT), *OPTIONS, "--dir", str(directory)]
+    script = (str(SCRIPT), *OPTIONS, "--dir", str(directory))
+    return [*launcher, "--strategy", strategy, "--main-port", str(port), *script]
 
 
-def finished(command: Sequence[str], env: dict[str, str]) -> tuple[str, str]:
-    """Run to the end; the final digest and the whole output."""
-    job = Job(command, env)
-    code = job.finish()
+def finished(job: Job) -> tuple[str, str]:
+    """Wait for a run to end by itself; its final digest and its whole output."""
+    try:
+        code = job.finish()
+    finally:
+        job.kill()
     out = job.text()
     assert code == 0, out[-3000:]
     digests = re.findall(r"^final digest: ([0-9a-f]{64})$", out, re.MULTILINE)
@@ -135,6 +138,22 @@ def workers(launcher: int) -> list[int]:
     return found
 
 
+def preempted(job: Job, directory: Path, after: int) -> int:
+    """SIGTERM the run (the launcher, which passes it on to every worker) after step ``after``; the step saved."""
+    try:
+        job.wait_for(rf"^step {after} ")
+        os.kill(job.process.pid, signal.SIGTERM)
+        code = job.finish()
+    finally:
+        job.kill()
+    out = job.text()
+    assert code == 128 + signal.SIGTERM, out[-3000:]
+    (stopped,) = map(int, re.findall(r"^preempted by SIGTERM at step (\d+): saved ", out, re.MULTILINE))
+    assert after <= stopped < 40
+    assert (directory / f"step-{stopped:08d}" / MARKER).is_file()
+    return stopped
+
+
 def killed_preempted_and_resumed(command: Sequence[str], directory: Path, env: dict[str, str], victim: str) -> str:
     """SIGKILL the run mid-way, SIGTERM the rerun mid-way, finish a third run; return its digest."""
     job = Job(command, env)
@@ -148,21 +167,11 @@ def killed_preempted_and_resumed(command: Sequence[str], directory: Path, env: d
     assert not (directory / "step-00000040").exists()
 
     job = Job(command, env)
-    try:
-        resumed = int(job.wait_for(r"^resumed at step (\d+)").group(1))
-        assert resumed >= 10 and resumed % 5 == 0
-        job.wait_for(rf"^step {resumed + 3} ")
-        os.kill(job.process.pid, signal.SIGTERM)  # under the launcher: it passes SIGTERM on to every worker
-        code = job.finish()
-    finally:
-        job.kill()
-    out = job.text()
-    assert code == 128 + signal.SIGTERM, out[-3000:]
-    (stopped,) = map(int, re.findall(r"^preempted by SIGTERM at step (\d+): saved ", out, re.MULTILINE))
-    assert resumed + 3 <= stopped < 40
-    assert (directory / f"step-{stopped:08d}" / MARKER).is_file()
+    resumed = int(job.wait_for(r"^resumed at step (\d+)").group(1))
+    assert resumed >= 10 and resumed % 5 == 0
+    stopped = preempted(job, directory, after=resumed + 3)
 
-    digest, out = finished(command, env)
+    digest, out = finished(Job(command, env))
     assert f"resumed at step {stopped}" in out
     return digest
 
@@ -171,9 +180,13 @@ def killed_preempted_and_resumed(command: Sequence[str], directory: Path, env: d
 @pytest.mark.timeout(180)
 def test_one_process_killed_then_preempted_ends_with_the_uninterrupted_digest(tmp_path: Path) -> None:
     env = environment()
-    expected, _ = finished(one_process(tmp_path / "straight"), env)
+    straight = Job(one_process(tmp_path / "straight"), env)  # the uninterrupted run, alongside
     directory = tmp_path / "broken"
-    assert killed_preempted_and_resumed(one_process(directory), directory, env, victim="job") == expected
+    try:
+        digest = killed_preempted_and_resumed(one_process(directory), directory, env, victim="job")
+        assert digest == finished(straight)[0]
+    finally:
+        straight.kill()
 
 
 @pytest.mark.multiprocess
@@ -182,10 +195,14 @@ def test_two_ddp_processes_with_a_killed_worker_then_preempted_end_with_the_unin
     tmp_path: Path,
 ) -> None:
     env = environment()
-    expected, _ = finished(two_processes(tmp_path / "straight", free_port()), env)
+    straight = Job(two_processes(tmp_path / "straight", free_port()), env)  # the uninterrupted run, alongside
     directory = tmp_path / "broken"
     command = two_processes(directory, free_port())
-    assert killed_preempted_and_resumed(command, directory, env, victim="worker") == expected
+    try:
+        digest = killed_preempted_and_resumed(command, directory, env, victim="worker")
+        assert digest == finished(straight)[0]
+    finally:
+        straight.kill()
 
 
 @pytest.mark.multiprocess
@@ -222,3 +239,22 @@ def test_slurm_requeue_signal_saves_requeues_through_scontrol_and_exits_0(tmp_pa
     (stopped,) = map(int, re.findall(r"^preempted by SIGUSR1 at step (\d+): saved .*requeued the job", out, re.M))
     assert (directory / f"step-{stopped:08d}" / MARKER).is_file()
     assert record.read_text() == "requeue 4242\n"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_two_fsdp_processes_preempted_save_a_sharded_checkpoint_and_resume_to_the_uninterrupted_digest(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("fabric_core_fsdp")
+    env = environment()
+    straight = Job(two_processes(tmp_path / "straight", free_port(), "fsdp"), env)  # uninterrupted, alongside
+    directory = tmp_path / "broken"
+    command = two_processes(directory, free_port(), "fsdp")
+    try:
+        stopped = preempted(Job(command, env), directory, after=8)
+        assert (directory / f"step-{stopped:08d}" / "state" / ".metadata").is_file()  # a sharded folder
+        digest, out = finished(Job(command, env))
+        assert f"resumed at step {stopped}" in out and digest == finished(straight)[0]
+    finally:
+        straight.kill()
