@@ -426,8 +426,10 @@ def _positive_or_none(name: str, value: Any) -> int | None:
 
 
 def _check_step(step: Any) -> None:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if isinstance(step, bool) or not isinstance(step, int):
         raise ArgumentTypeError(f"`step={step!r}`: expected an int >= 0 (the number of steps done).", value=step)
+    if step < 0:
+        raise InvalidConfigError(f"`step={step!r}`: expected an int >= 0 (the number of steps done).", value=step)
 
 
 def _check_state(state: Any, method: str) -> None:

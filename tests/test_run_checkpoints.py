@@ -148,8 +148,10 @@ def test_bad_arguments_are_refused_at_once_naming_the_value(fabric: Fabric, tmp_
     ckpt = checkpoints(fabric, tmp_path)
     with pytest.raises(TypeError, match="expected a dict"):
         ckpt.save(1, [1, 2])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"step=-1"):
+    with pytest.raises(ValueError, match=r"step=-1"):
         ckpt.save(-1, {})
+    with pytest.raises(TypeError, match=r"step=1.0"):
+        ckpt.step_end(1.0, {})  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigError, match="rng_states"):
         ckpt.save(1, {"rng_states": 1})
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
@@ -173,3 +175,33 @@ def test_a_signal_sets_a_flag_and_the_next_step_end_saves_and_exits_with_128_plu
     finally:
         ckpt.close()
     assert signal.getsignal(signal.SIGUSR2) == previous
+
+
+class SignalsWhileSaved:
+    """A stateful entry whose ``state_dict()`` (called inside the save) signals this process."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def state_dict(self) -> dict[str, int]:
+        os.kill(os.getpid(), self.signum)
+        return {"saved": 1}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        pass
+
+
+def test_a_signal_during_a_save_lets_the_save_finish_then_exits_after_the_commit(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    ckpt = RunCheckpoints(fabric, tmp_path, signals=(signal.SIGUSR2,))
+    state = {**make_state(fabric), "trigger": SignalsWhileSaved(signal.SIGUSR2)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            ckpt.save(4, state)
+    finally:
+        ckpt.close()
+    assert exited.value.code == 128 + signal.SIGUSR2
+    assert ckpt.latest() == tmp_path / "step-00000004"  # committed, marker and all
+    check_digests(tmp_path / "step-00000004")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000004"]  # saved once, no temp left
