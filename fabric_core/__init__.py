@@ -26,6 +26,7 @@ __all__ = [
     "PluginManager",
     "PluginRecord",
     "Registry",
+    "RunCheckpoints",
     "Spec",
     "UnknownNameError",
     "__version__",
@@ -40,6 +41,7 @@ _LAZY: Final = {
     "Fabric": "fabric_core.fabric",
     "is_wrapped": "fabric_core.wrappers",
     "seed_everything": "fabric_core.utilities.seed",
+    "RunCheckpoints": "fabric_core.run_checkpoints",
     "PluginManager": "fabric_core._manager",
     "PluginRecord": "fabric_core._manager",
     "get_manager": "fabric_core._manager",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     )
     from fabric_core.fabric import Fabric
     from fabric_core.hookspecs import hookimpl
+    from fabric_core.run_checkpoints import RunCheckpoints
     from fabric_core.utilities.seed import seed_everything
     from fabric_core.wrappers import is_wrapped
 

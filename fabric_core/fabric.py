@@ -109,6 +109,7 @@ class Fabric:
         self._precision: Precision = self._strategy.precision
         self._loggers: list[Logger] = list(components.loggers)
         self._callbacks: list[Any] = list(components.callbacks)
+        self._cluster_environment: Any = components.cluster_environment  # kept for one process too (SLURM requeue)
         self._launched = False
         # Decided once: when neither the strategy nor the precision changes backward, it is `loss.backward()`.
         self._plain_backward = not (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("docs/guarantees.md", "docs/loading-untrusted-checkpoints.md")
+PAGES = ("docs/guarantees.md", "docs/loading-untrusted-checkpoints.md", "docs/fault-tolerant-training.md")
 # `path/to/test_x.py` or `path/to/test_x.py::test_name` (a parametrisation suffix `[...]` is ignored).
 _REFERENCE = re.compile(r"`((?:tests|plugins)/[\w./-]+\.py)(?:::(\w+))?(?:\[[^\]]*\])?`")
 

@@ -1,0 +1,441 @@
+"""Checkpoints of a run: step-numbered, committed atomically, pruned, resumed with one call.
+
+A script that survives kills, restarts and preemptions::
+
+    ckpt = RunCheckpoints(fabric, "runs/exp1", every=100, keep_last=3)
+    state = {"model": model, "optimizer": optimizer}
+    step = ckpt.resume(state) or 0           # the newest complete checkpoint, or a fresh start
+    while step < total:
+        train_one_step()
+        step += 1
+        ckpt.step_end(step, state)           # saves every 100 steps; on SIGTERM saves and exits
+
+Layout of the directory: one folder per checkpoint, ``step-00000100/``, holding ``state`` (what
+``fabric.save`` writes: one file, or a folder under sharded strategies) and ``COMMITTED``, a JSON marker
+written last, after the state is on disk, with the step, the world size and a sha256 digest of every file.
+The folder is filled under a hidden temp name and renamed into place in one step; a folder without its
+marker is never chosen and never pruned. The saved state holds, next to the user's entries, every rank's
+RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`. Anything else with ``state_dict()`` and
+``load_state_dict()`` (a stateful data loader, say) is saved and restored by putting it in ``state``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+from fabric_core import _preemption, _rng_states
+from fabric_core.errors import ArgumentTypeError, CheckpointError, InvalidConfigError
+from fabric_core.io.atomic import atomic_write, remove_stale_temps, replace_path, temp_path_for
+from fabric_core.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from fabric_core.fabric import Fabric
+
+__all__ = ["MARKER", "RNG_KEY", "STATE", "RunCheckpoints"]
+
+#: The commit marker inside each checkpoint folder, written last.
+MARKER: Final = "COMMITTED"
+#: What ``fabric.save`` writes inside each checkpoint folder (a file, or a folder under sharded strategies).
+STATE: Final = "state"
+#: The entry of the saved state that holds every rank's RNG states (reserved: ``state`` must not use it).
+RNG_KEY: Final = "rng_states"
+_FORMAT: Final = 1
+_NAME: Final = re.compile(r"step-(\d+)")
+# The temp names of `temp_path_for(<dir>/step-N)`: ".step-N.<host>-<pid>-<random>.tmp" (or ".old").
+_TEMP: Final = re.compile(r"\.(step-\d+)\..*\.(tmp|old)")
+
+
+class RunCheckpoints:
+    """Step-numbered checkpoints of one run in ``directory``; call every method on every process.
+
+    Args:
+        fabric: The run's Fabric (launched).
+        directory: The run directory (created on the first save). On several nodes, a filesystem they share.
+        every: :meth:`step_end` saves when ``step % every == 0``; ``None``: only on preemption.
+        keep_last: How many complete checkpoints to keep; older ones are deleted after each save (never the
+            one just written, never an incomplete one). ``None`` keeps all.
+        verify: Check each file's sha256 digest against the marker before resuming from a checkpoint. A
+            checkpoint that fails is renamed to ``step-N.corrupt`` with a warning naming the file, and the
+            next older complete one is tried; if none passes, :meth:`resume` raises :class:`CheckpointError`.
+        signals: The signals that mean "preempted": each sets :attr:`preempted`, and the next
+            :meth:`step_end` or :meth:`save` saves on every rank and exits. ``None``: ``SIGTERM``, plus the
+            cluster environment's ``requeue_signal`` (``SIGUSR1`` on SLURM); ``()``: catch none.
+
+    Raises:
+        InvalidConfigError: A bad ``every``, ``keep_last`` or ``signals`` (also a ``TypeError`` for a wrong type).
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        directory: str | os.PathLike[str],
+        *,
+        every: int | None = None,
+        keep_last: int | None = 3,
+        verify: bool = False,
+        signals: Iterable[int] | None = None,
+    ) -> None:
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            raise ArgumentTypeError(
+                f"`RunCheckpoints(directory={directory!r})`: expected a non-empty path.", argument="directory"
+            )
+        self.every = _positive_or_none("every", every)
+        self.keep_last = _positive_or_none("keep_last", keep_last)
+        self.verify = bool(verify)
+        self.directory = Path(directory)
+        self._fabric = fabric
+        # A single-device strategy holds no cluster environment; Fabric keeps the one it chose (SLURM's, say).
+        self._environment = getattr(fabric.strategy, "cluster_environment", None) or fabric._cluster_environment
+        chosen = _preemption.default_signals(self._environment) if signals is None else tuple(signals)
+        self._flag = _preemption.PreemptionFlag(chosen)
+        self._saved_step: int | None = None
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint folder in the directory (by step), or ``None``; this process's view."""
+        complete = self._complete()
+        return complete[-1][1] if complete else None
+
+    def resume(self, state: dict[str, Any], *, strict: bool = True) -> int | None:
+        """Restore ``state`` (and every rank's RNG states) from the newest complete checkpoint.
+
+        Call once, at the top of the script, after setting up the model and optimizers. Global rank 0 picks
+        the checkpoint and tells the others, so every rank resumes from the same one.
+
+        Args:
+            state: What to restore, as for ``fabric.load``: modules, optimizers and stateful objects in
+                place, plain values written into the dict.
+            strict: As for ``fabric.load``.
+
+        Returns:
+            The step of the checkpoint restored, or ``None`` (and nothing changed) when there is none.
+
+        Raises:
+            CheckpointError: With ``verify=True``, every complete checkpoint failed its digest check.
+        """
+        _check_state(state, "resume")
+        choice: tuple[str, int] | str | None = None
+        if self._fabric.is_global_zero:
+            try:
+                choice = self._choose()
+            except CheckpointError as err:
+                choice = str(err)
+        choice = self._fabric.strategy.broadcast(choice, src=0)
+        if isinstance(choice, str):
+            raise CheckpointError(choice, path=os.fspath(self.directory), reason="corrupt")
+        if choice is None:
+            return None
+        path, step = Path(choice[0]), choice[1]
+        merged: dict[str, Any] = {**state, RNG_KEY: None}
+        self._fabric.load(path / STATE, merged, strict=strict)
+        for key in state:
+            state[key] = merged[key]
+        self._restore_rng(merged[RNG_KEY], path)
+        return step
+
+    def _choose(self) -> tuple[str, int] | None:
+        failures: list[str] = []
+        for step, path, marker in reversed(self._complete()):
+            if not self.verify:
+                return os.fspath(path), step
+            try:
+                check_digests(path, marker)
+            except CheckpointError as err:
+                failures.append(str(err))
+                aside = _aside(path)
+                rank_zero_warn(f"{err} Skipping it (renamed to {aside.name}) and trying the previous checkpoint.")
+                continue
+            return os.fspath(path), step
+        if failures:
+            raise CheckpointError(
+                f"No checkpoint in {os.fspath(self.directory)!r} passed its digest check: " + " ".join(failures),
+                path=os.fspath(self.directory),
+                reason="corrupt",
+            )
+        return None
+
+    def _complete(self) -> list[tuple[int, Path, dict[str, Any]]]:
+        """The committed checkpoints, oldest first, with their markers."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for entry in entries:
+            match = _NAME.fullmatch(entry.name)
+            if match is None or not entry.is_dir():
+                continue
+            marker = read_marker(Path(entry.path))
+            if marker is not None and marker.get("step") == int(match.group(1)):
+                found.append((int(match.group(1)), Path(entry.path), marker))
+        return sorted(found, key=lambda item: item[0])
+
+    def _restore_rng(self, rows: Any, path: Path) -> None:
+        fabric = self._fabric
+        if not isinstance(rows, Mapping) or "torch" not in rows:
+            rank_zero_warn(f"{os.fspath(path)!r} holds no RNG states; the generators were not restored.")
+            return
+        saved_by = int(rows["torch"].shape[0])
+        if saved_by != fabric.world_size:
+            rank_zero_warn(
+                f"{os.fspath(path)!r} was saved by {saved_by} processes and is resumed by {fabric.world_size}: "
+                "the RNG states were not restored, so random draws differ from an uninterrupted run."
+            )
+            return
+        _rng_states.restore({key: value[fabric.global_rank] for key, value in rows.items()}, fabric.device)
+
+    # -- writing -------------------------------------------------------------------------------------------
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        """Save ``state`` as the checkpoint of ``step`` (replacing one of the same step); then act on preemption.
+
+        Returns:
+            The checkpoint folder.
+
+        Raises:
+            CheckpointError: The marker or the rename failed (the previous checkpoints are untouched).
+        """
+        _check_step(step)
+        _check_state(state, "save")
+        path = self._save(step, state)
+        self._exit_if_preempted(step, state)
+        return path
+
+    def step_end(self, step: int, state: dict[str, Any]) -> Path | None:
+        """Call at the end of every step: saves when ``step % every == 0``, and saves and exits if preempted.
+
+        The preemption check is one all-reduce of a flag (none on one process); it is the point where every
+        rank agrees to stop after the same step.
+
+        Returns:
+            The checkpoint folder, if this call saved one (and did not exit).
+        """
+        _check_step(step)
+        path = None
+        if self.every is not None and step % self.every == 0:
+            _check_state(state, "step_end")
+            path = self._save(step, state)
+        self._exit_if_preempted(step, state)
+        return path
+
+    @property
+    def preempted(self) -> bool:
+        """Whether this process received a preemption signal (this process's view, without asking the others)."""
+        return self._flag.received is not None
+
+    def close(self) -> None:
+        """Put back the signal handlers that were there before this object installed its own."""
+        self._flag.restore()
+
+    def _save(self, step: int, state: dict[str, Any]) -> Path:
+        if RNG_KEY in state:
+            raise InvalidConfigError(
+                f"`state` has the key {RNG_KEY!r}, which run checkpoints keep for the RNG states. Rename that entry.",
+                argument="state",
+                value=RNG_KEY,
+            )
+        fabric = self._fabric
+        rows = fabric.all_gather(_rng_states.capture(fabric.device))
+        if fabric.world_size == 1:
+            rows = {key: value.unsqueeze(0) for key, value in rows.items()}
+        # Own copies: a strategy may gather the dict in one buffer, and torch.save refuses views of one
+        # storage as different dtypes.
+        rows = {key: value.cpu().clone() for key, value in rows.items()}
+        target = self.directory / f"step-{step:08d}"
+        temp = ""
+        if fabric.is_global_zero:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._sweep()
+            temp = os.fspath(temp_path_for(target))
+            os.mkdir(temp)
+        temp = fabric.strategy.broadcast(temp, src=0)
+        fabric.save(Path(temp) / STATE, {**state, RNG_KEY: rows})
+        error = None
+        if fabric.is_global_zero:
+            error = self._commit(Path(temp), target, step)
+        error = fabric.strategy.broadcast(error, src=0)
+        if error is not None:
+            raise CheckpointError(error, path=os.fspath(target))
+        self._saved_step = step
+        return target
+
+    def _commit(self, temp: Path, target: Path, step: int) -> str | None:
+        """Write the marker (last), put the folder in place, prune; an error's text, or ``None``."""
+        try:
+            marker = {
+                "format": _FORMAT,
+                "step": step,
+                "world_size": self._fabric.world_size,
+                "files": {name: digest for name, digest in _digests(temp)},
+            }
+            with atomic_write(temp / MARKER) as file:
+                file.write(json.dumps(marker, indent=1, sort_keys=True).encode())
+            replace_path(temp, target)
+        except OSError as err:
+            shutil.rmtree(temp, ignore_errors=True)
+            return f"Could not commit the checkpoint of step {step} at {os.fspath(target)!r}: {err}"
+        self._prune(target)
+        return None
+
+    def _prune(self, just_written: Path) -> None:
+        if self.keep_last is None:
+            return
+        complete = self._complete()
+        keep = {path for _, path, _ in complete[-self.keep_last :]} | {just_written}
+        for _, path, _ in complete:
+            if path in keep:
+                continue
+            # Renamed away first: a kill during the deletion leaves a hidden temp (swept later), never a
+            # folder that has its marker but not all its files.
+            doomed = temp_path_for(path)
+            try:
+                os.rename(path, doomed)
+            except OSError:
+                continue
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def _sweep(self) -> None:
+        """Remove what killed saves (and prunes) in this directory left; a live writer's temps stay."""
+        targets = set()
+        for entry in os.scandir(self.directory):
+            match = _TEMP.fullmatch(entry.name)
+            if match is not None:
+                targets.add(match.group(1))
+        for name in targets:
+            remove_stale_temps(self.directory / name)
+
+    def _exit_if_preempted(self, step: int, state: dict[str, Any]) -> None:
+        fabric = self._fabric
+        local = self._flag.received or 0
+        if fabric.world_size == 1:
+            received = [local]
+        else:
+            if not fabric.strategy.reduce_boolean_decision(local != 0, all=False):
+                return
+            received = [int(n) for n in self._gather_int(local)]
+        if not any(received):
+            return
+        self._exit(step, state, received)
+
+    def _gather_int(self, value: int) -> list[int]:
+        import torch
+
+        gathered = self._fabric.all_gather(torch.tensor([value], dtype=torch.int64))
+        return [int(n) for n in gathered.reshape(-1).tolist()]
+
+    def _exit(self, step: int, state: dict[str, Any], received: list[int]) -> NoReturn:
+        fabric = self._fabric
+        requeue_on = _preemption.requeue_signal(self._environment)
+        signum = requeue_on if requeue_on in received else next(n for n in received if n)
+        path = self.directory / f"step-{step:08d}" if self._saved_step == step else self._save(step, state)
+        requeued = False
+        if signum == requeue_on:
+            requeued = _preemption.requeue(self._environment.job_id()) if fabric.is_global_zero else True
+        requeued = bool(fabric.strategy.broadcast(requeued, src=0))
+        code = _preemption.exit_code(signum, requeued)
+        what = "requeued the job, " if requeued else ""
+        fabric.print(
+            f"preempted by {_preemption.signal_name(signum)} at step {step}: saved {os.fspath(path)}, "
+            f"{what}exiting with code {code}",
+            flush=True,
+        )
+        raise SystemExit(code)
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The commit marker of a checkpoint folder, or ``None`` if it has none (or an unreadable one)."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), dict) else None
+
+
+def _digests(folder: Path) -> list[tuple[str, str]]:
+    """``(relative name, sha256)`` of every file under ``folder`` except the marker."""
+    found = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            full = Path(root) / name
+            relative = full.relative_to(folder).as_posix()
+            if relative != MARKER:
+                found.append((relative, _sha256(full)))
+    return sorted(found)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def check_digests(folder: Path, marker: Mapping[str, Any] | None = None) -> None:
+    """Check every file of a checkpoint folder against the digests in its marker.
+
+    Raises:
+        CheckpointError: A file is missing or its content differs from what was saved (``reason="corrupt"``),
+            naming the file.
+    """
+    marker = read_marker(folder) if marker is None else marker
+    if marker is None:
+        raise CheckpointError(f"{os.fspath(folder)!r} has no commit marker.", path=os.fspath(folder), reason="corrupt")
+    for name, expected in sorted(marker["files"].items()):
+        path = folder / name
+        try:
+            actual = _sha256(path)
+        except OSError as err:
+            raise CheckpointError(
+                f"Checkpoint file {os.fspath(path)!r} cannot be read ({err}).", path=os.fspath(path), reason="corrupt"
+            ) from err
+        if actual != expected:
+            raise CheckpointError(
+                f"Checkpoint file {os.fspath(path)!r} is damaged: its sha256 is {actual}, but {expected} was saved.",
+                path=os.fspath(path),
+                reason="corrupt",
+            )
+
+
+def _aside(path: Path) -> Path:
+    aside = path.with_name(path.name + ".corrupt")
+    if os.path.lexists(aside):
+        aside = temp_path_for(path, ".corrupt")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return path
+    return aside
+
+
+def _positive_or_none(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(
+            f"`RunCheckpoints({name}={value!r})`: expected a positive int or None.", argument=name, value=value
+        )
+    if value < 1:
+        raise InvalidConfigError(
+            f"`RunCheckpoints({name}={value!r})`: expected a positive int or None.", argument=name, value=value
+        )
+    return value
+
+
+def _check_step(step: Any) -> None:
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise ArgumentTypeError(f"`step={step!r}`: expected an int >= 0 (the number of steps done).", value=step)
+    if step < 0:
+        raise InvalidConfigError(f"`step={step!r}`: expected an int >= 0 (the number of steps done).", value=step)
+
+
+def _check_state(state: Any, method: str) -> None:
+    if not isinstance(state, dict):
+        raise ArgumentTypeError(
+            f"`RunCheckpoints.{method}(state=...)` got a {type(state).__name__}: expected a dict such as "
+            "`{'model': model, 'optimizer': optimizer}`.",
+            argument="state",
+        )
