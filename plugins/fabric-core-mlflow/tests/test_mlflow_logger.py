@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,13 @@ def _no_ambient_store(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
+@pytest.fixture
+def store(tmp_path: Path, new_store: Callable[[Path], Path]) -> Path:
+    """``tmp_path`` with a migrated ``mlflow.db``: the default store of a logger whose ``root_dir`` it is."""
+    new_store(tmp_path / "mlflow.db")
+    return tmp_path
+
+
 def client_for(root: Path) -> MlflowClient:
     return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
 
@@ -42,11 +50,11 @@ def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, floa
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
-def test_a_fabric_run_is_recorded_and_read_back(tmp_path: Path) -> None:
-    checkpoint = tmp_path / "ckpt" / "last.ckpt"
+def test_a_fabric_run_is_recorded_and_read_back(store: Path) -> None:
+    checkpoint = store / "ckpt" / "last.ckpt"
     fabric = Fabric(
         accelerator="cpu",
-        loggers=spec("mlflow", root_dir=tmp_path, experiment_name="exp", run_name="first", tags={"team": "vision"}),
+        loggers=spec("mlflow", root_dir=store, experiment_name="exp", run_name="first", tags={"team": "vision"}),
         plugin_manager=make_manager(("mlflow", _plugin)),
     )
     logger = fabric.logger
@@ -59,7 +67,7 @@ def test_a_fabric_run_is_recorded_and_read_back(tmp_path: Path) -> None:
     logger.log_artifact(checkpoint, artifact_path="checkpoints")
     logger.finalize("success")
 
-    client = client_for(tmp_path)
+    client = client_for(store)
     run = only_run(client, "exp")
     assert run.info.run_id == logger.run_id and run.info.run_name == "first"
     assert run.info.status == "FINISHED"
@@ -74,22 +82,22 @@ def test_a_fabric_run_is_recorded_and_read_back(tmp_path: Path) -> None:
     assert run.data.tags["team"] == "vision" and run.data.tags["stage"] == "pretrain"
     assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/last.ckpt"]
     # The default store lives under root_dir, artifacts included.
-    assert (tmp_path / "mlflow.db").is_file()
-    assert list((tmp_path / "mlartifacts").rglob("last.ckpt"))
+    assert (store / "mlflow.db").is_file()
+    assert list((store / "mlartifacts").rglob("last.ckpt"))
 
 
-def test_checkpoints_are_uploaded_on_success_only(tmp_path: Path) -> None:
-    folder = tmp_path / "ckpts"
+def test_checkpoints_are_uploaded_on_success_only(store: Path) -> None:
+    folder = store / "ckpts"
     (folder / "step_2").mkdir(parents=True)
     (folder / "step_2" / "shard_0.pt").write_bytes(b"weights")
-    ok = MLFlowLogger(root_dir=tmp_path, run_name="ok", log_checkpoints=folder)
+    ok = MLFlowLogger(root_dir=store, run_name="ok", log_checkpoints=folder)
     ok.log_metrics({"loss": 1.0})
     ok.finalize("success")
-    failed = MLFlowLogger(root_dir=tmp_path, run_name="failed", log_checkpoints=folder)
+    failed = MLFlowLogger(root_dir=store, run_name="failed", log_checkpoints=folder)
     failed.log_metrics({"loss": 1.0})
     failed.finalize("failed")
 
-    client = client_for(tmp_path)
+    client = client_for(store)
     assert [a.path for a in client.list_artifacts(ok.run_id, "checkpoints/ckpts/step_2")] == [
         "checkpoints/ckpts/step_2/shard_0.pt"
     ]
@@ -97,8 +105,10 @@ def test_checkpoints_are_uploaded_on_success_only(tmp_path: Path) -> None:
     assert client.get_run(failed.run_id).info.status == "FAILED"
 
 
-def test_tracking_uri_from_the_environment_and_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env_store, option_store = tmp_path / "env.db", tmp_path / "option.db"
+def test_tracking_uri_from_the_environment_and_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_store: Callable[[Path], Path]
+) -> None:
+    env_store, option_store = new_store(tmp_path / "env.db"), new_store(tmp_path / "option.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{env_store}")
     from_env = MLFlowLogger(root_dir=tmp_path / "unused")
     from_env.log_metrics({"a": 1.0}, step=1)
@@ -110,20 +120,20 @@ def test_tracking_uri_from_the_environment_and_the_option(tmp_path: Path, monkey
     assert (env_run.data.metrics, option_run.data.metrics) == ({"a": 1.0}, {"b": 2.0})
 
 
-def test_run_id_reattaches_to_the_same_run(tmp_path: Path) -> None:
-    first = MLFlowLogger(root_dir=tmp_path)
+def test_run_id_reattaches_to_the_same_run(store: Path) -> None:
+    first = MLFlowLogger(root_dir=store)
     first.log_metrics({"loss": 1.0}, step=0)
-    again = MLFlowLogger(root_dir=tmp_path, run_id=first.run_id)
+    again = MLFlowLogger(root_dir=store, run_id=first.run_id)
     again.log_metrics({"loss": 0.5}, step=1)
-    client = client_for(tmp_path)
+    client = client_for(store)
     assert history(client, only_run(client).info.run_id, "loss") == [(0, 1.0), (1, 0.5)]
 
 
-def test_namespace_params_and_prefix(tmp_path: Path) -> None:
-    logger = MLFlowLogger(root_dir=tmp_path, prefix="fold1")
+def test_namespace_params_and_prefix(store: Path) -> None:
+    logger = MLFlowLogger(root_dir=store, prefix="fold1")
     logger.log_hyperparams(argparse.Namespace(epochs=3, data=argparse.Namespace(root="/data")))
     logger.log_metrics({"loss": 0.5}, step=3)
-    run = only_run(client_for(tmp_path))
+    run = only_run(client_for(store))
     assert run.data.params == {"epochs": "3", "data/root": "/data"}
     assert run.data.metrics == {"fold1-loss": 0.5}
 
@@ -157,7 +167,7 @@ def test_bad_options_and_params_are_refused(tmp_path: Path) -> None:
         MLFlowLogger(tags=["a"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="got list"):
         MLFlowLogger(root_dir=tmp_path).log_hyperparams([("lr", 0.1)])  # type: ignore[arg-type]
-    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.ckpt"):
         MLFlowLogger(root_dir=tmp_path).log_artifact(tmp_path / "nope.ckpt")
 
 
@@ -175,7 +185,8 @@ def test_plugin_meets_the_contract_and_is_listed(tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
-def test_two_processes_record_exactly_one_run(tmp_path: Path) -> None:
+def test_two_processes_record_exactly_one_run(tmp_path: Path, new_store: Callable[[Path], Path]) -> None:
+    new_store(tmp_path / "store" / "mlflow.db")
     skip = ("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK", "MASTER_", "RANK", "WORLD_SIZE", "NODE_RANK")
     with fake_distribution("fabric-core-mlflow", entry_points=ENTRY, root=tmp_path / "dist") as folder:
         env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
