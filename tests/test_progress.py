@@ -59,6 +59,16 @@ def test_forced_bar_on_a_file_shows_steps_epoch_and_logged_metrics() -> None:
     assert re.search(r"\d\d:\d\d<\d\d:\d\d", last)  # elapsed < ETA (0 left at the end)
 
 
+def test_totals_can_come_from_the_loop() -> None:
+    out = io.StringIO()
+    fabric = build(out, force=True)
+    fabric.call("on_train_start", total_steps=4, total_epochs=2)
+    train(fabric, steps=2, epochs=2)
+    assert out.getvalue().splitlines()[-1].startswith("epoch 1/2 | step 4/4 | ")
+    with pytest.raises(InvalidConfigError, match="on_train_start\\(total_steps=-1\\)"):
+        fabric.call("on_train_start", total_steps=-1)
+
+
 def test_a_file_gets_one_line_per_refresh_at_most() -> None:
     out = io.StringIO()
     # One refresh every 1000 s: only the final line is written, whatever the number of steps.

@@ -24,8 +24,9 @@ class ProgressBar:
     Select it by name: ``Fabric(callbacks=["progress"])`` or ``spec("progress", total_steps=1000)``. It counts
     optimizer steps through the ``on_after_optimizer_step`` event of fabric-core's optimizer wrapper, shows
     what ``fabric.log`` / ``fabric.log_dict`` sent last (the ``on_log`` event), and the epoch that the loop
-    announces with ``fabric.call("on_train_epoch_start", epoch=epoch)``. ``fabric.call("on_train_end")``
-    draws the final state and releases the terminal.
+    announces with ``fabric.call("on_train_epoch_start", epoch=epoch)``. ``fabric.call("on_train_start",
+    total_steps=..., total_epochs=...)`` sets the totals once the loop knows them, and
+    ``fabric.call("on_train_end")`` draws the final state and releases the terminal.
 
     On a terminal it is a live ``rich`` progress bar. When the output is not a terminal (a pipe, a CI log, a
     file) it is silent unless ``force=True``; forced, it prints one plain line per refresh. Other ranks
@@ -55,11 +56,7 @@ class ProgressBar:
         stream: IO[str] | None = None,
         metrics_format: str = ".4g",
     ) -> None:
-        for arg, value in (("total_steps", total_steps), ("total_epochs", total_epochs)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InvalidConfigError(
-                    f"`ProgressBar({arg}={value!r})`: expected an integer >= 1 or None.", argument=arg, value=value
-                )
+        _check_totals("ProgressBar", total_steps, total_epochs)
         if refresh_per_second is not None and (
             isinstance(refresh_per_second, bool)
             or not isinstance(refresh_per_second, (int, float))
@@ -105,6 +102,18 @@ class ProgressBar:
     def on_after_setup(self, fabric: Any) -> None:
         if self._active is None:
             self._start_display(int(getattr(fabric, "global_rank", 0)))
+
+    def on_train_start(self, total_steps: int | None = None, total_epochs: int | None = None) -> None:
+        """Set the totals once the loop knows them: ``fabric.call("on_train_start", total_steps=...)``.
+
+        Raises:
+            InvalidConfigError: A total is not an integer >= 1 (also a ``ValueError``).
+        """
+        _check_totals("on_train_start", total_steps, total_epochs)
+        self.total_steps = total_steps or self.total_steps
+        self.total_epochs = total_epochs or self.total_epochs
+        if self._progress is not None:
+            self._progress.update(self._task, total=self.total_steps)
 
     def on_train_epoch_start(self, epoch: int) -> None:
         self.epoch = epoch
@@ -234,6 +243,14 @@ class ProgressBar:
 
     def _metrics_text(self) -> str:
         return " ".join(f"{k}={_number(v, self.metrics_format)}" for k, v in self.metrics.items())
+
+
+def _check_totals(where: str, total_steps: Any, total_epochs: Any) -> None:
+    for arg, value in (("total_steps", total_steps), ("total_epochs", total_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InvalidConfigError(
+                f"`{where}({arg}={value!r})`: expected an integer >= 1 or None.", argument=arg, value=value
+            )
 
 
 def _number(value: Any, spec: str) -> str:
