@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -200,3 +201,23 @@ def test_two_processes_record_exactly_one_run(tmp_path: Path, new_store: Callabl
     assert run.data.params == {"world_size": "2"}
     assert history(client, run.info.run_id, "rank") == [(0, 0.0), (1, 0.0), (2, 0.0)]  # rank 0's values only
     assert history(client, run.info.run_id, "step_value") == [(0, 0.0), (1, 1.0), (2, 2.0)]
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_example_runs_and_records_its_run(tmp_path: Path, new_store: Callable[[Path], Path]) -> None:
+    readme = (PLUGIN_ROOT / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    new_store(tmp_path / "mlflow.db")  # the example's default store, in its working directory
+    with fake_distribution("fabric-core-mlflow", entry_points=ENTRY, root=tmp_path / "dist") as folder:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RANK", "LOCAL_RANK"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(folder), str(PLUGIN_ROOT), os.environ.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100
+        )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    client = client_for(tmp_path)
+    run = only_run(client, "demo")
+    assert f"run {run.info.run_id} recorded in sqlite:///{tmp_path}/mlflow.db" in done.stdout
+    assert [step for step, _ in history(client, run.info.run_id, "train/loss")] == list(range(20))
+    assert run.data.params == {"lr": "0.05", "optimizer/name": "sgd"} and run.data.tags["team"] == "vision"
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/last.ckpt"]

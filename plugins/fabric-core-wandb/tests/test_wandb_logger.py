@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import struct
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,3 +218,21 @@ def test_two_processes_make_exactly_one_run(tmp_path: Path) -> None:
         (2, 0.0, 2.0),
     ]
     assert run.exit_code == 0
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_example_runs_offline(tmp_path: Path) -> None:
+    code = (HERE.parent / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    with fake_distribution("fabric-core-wandb", entry_points=ENTRY, root=tmp_path / "dist") as folder:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RANK", "LOCAL_RANK"))}
+        env.update({k: v for k, v in OFFLINE.items() if k != "WANDB_MODE"})  # offline=True does it
+        env["PYTHONPATH"] = os.pathsep.join([str(folder), str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100
+        )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    run = the_run(tmp_path)
+    assert f"run {run.id} written under {tmp_path}" in done.stdout
+    assert [row["_step"] for row in run.history] == list(range(20))
+    assert run.config == {"lr": 0.05, "optimizer": {"name": "sgd"}}
+    assert [(name, kind) for name, kind, _ in run.artifacts] == [(f"{run.id}-last.ckpt", "model")]
