@@ -85,11 +85,16 @@ def test_silent_when_the_output_is_not_a_terminal() -> None:
     assert fabric._callbacks[0].steps == 5  # it counted, it just did not draw
 
 
-def test_live_bar_on_a_terminal() -> None:
+def test_live_bar_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     out = Terminal()
-    train(build(out, total_steps=4, refresh_per_second=1000), steps=4)
+    fabric = build(out, total_steps=4, refresh_per_second=1000)
+    fabric.call("on_train_start")
+    fabric._callbacks[0].on_after_optimizer_step()  # the live display is up
+    print("a line of the script")  # a bar on its own stream leaves stdout alone
+    train(fabric, steps=3)
+    assert capsys.readouterr().out == "a line of the script\n"
     text = out.getvalue()
-    assert "4/4" in text and "loss=0.25" in text and "it/s" in text
+    assert "4/4" in text and "loss=0.3333" in text and "it/s" in text
     assert "\x1b[" in text  # drawn with terminal control codes, not as log lines
 
 

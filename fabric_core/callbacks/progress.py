@@ -190,7 +190,14 @@ class ProgressBar:
         )
         self._task = self._progress.add_task("", total=self.total_steps, counts="", rate="", times="", metrics="")
         # Refreshed by hand from the training thread: no background thread takes the GIL from the step.
-        self._live = Live(self._progress, console=self._console, auto_refresh=False, redirect_stderr=False)
+        # Prints to stdout go above the bar when the bar is on stdout; a bar on another stream leaves them alone.
+        self._live = Live(
+            self._progress,
+            console=self._console,
+            auto_refresh=False,
+            redirect_stdout=self._console.file is sys.stdout,
+            redirect_stderr=False,
+        )
         self._live.start()
 
     def _maybe_refresh(self) -> None:
