@@ -236,3 +236,21 @@ def test_the_readme_example_runs_offline(tmp_path: Path) -> None:
     assert [row["_step"] for row in run.history] == list(range(20))
     assert run.config == {"lr": 0.05, "optimizer": {"name": "sgd"}}
     assert [(name, kind) for name, kind, _ in run.artifacts] == [(f"{run.id}-last.ckpt", "model")]
+
+
+def test_a_run_the_script_started_is_logged_into_and_left_open(tmp_path: Path) -> None:
+    import wandb
+
+    own = wandb.init(project="mine", dir=str(tmp_path))
+    try:
+        logger = WandbLogger(project="ignored", save_dir=tmp_path)
+        logger.log_metrics({"loss": 1.0}, step=0)
+        assert logger.version == own.id
+        logger.finalize("success")
+        assert wandb.run is own  # still the script's to end
+        own.log({"loss": 0.5}, step=1)
+    finally:
+        own.finish()
+        wandb.teardown()
+    run = the_run(tmp_path)
+    assert (run.project, [row["loss"] for row in run.history], run.exit_code) == ("mine", [1.0, 0.5], 0)
