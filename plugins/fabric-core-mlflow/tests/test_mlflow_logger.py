@@ -221,3 +221,12 @@ def test_the_readme_example_runs_and_records_its_run(tmp_path: Path, new_store: 
     assert [step for step, _ in history(client, run.info.run_id, "train/loss")] == list(range(20))
     assert run.data.params == {"lr": "0.05", "optimizer/name": "sgd"} and run.data.tags["team"] == "vision"
     assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/last.ckpt"]
+
+
+def test_registration_imports_neither_torch_nor_mlflow() -> None:
+    code = (
+        "import sys, fabric_core_mlflow, fabric_core_mlflow._plugin; "
+        "print(sorted(m for m in ('torch', 'mlflow', 'rich') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

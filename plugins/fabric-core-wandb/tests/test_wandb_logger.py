@@ -254,3 +254,12 @@ def test_a_run_the_script_started_is_logged_into_and_left_open(tmp_path: Path) -
         wandb.teardown()
     run = the_run(tmp_path)
     assert (run.project, [row["loss"] for row in run.history], run.exit_code) == ("mine", [1.0, 0.5], 0)
+
+
+def test_registration_imports_neither_torch_nor_wandb() -> None:
+    code = (
+        "import sys, fabric_core_wandb, fabric_core_wandb._plugin; "
+        "print(sorted(m for m in ('torch', 'wandb', 'rich') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
