@@ -16,6 +16,8 @@ __all__ = ["ProgressBar"]
 #: Refreshes per second on a terminal, and on a file or pipe (one line each: a log, not an animation).
 _TERMINAL_RATE = 4.0
 _FILE_RATE = 0.2
+#: Characters of the bar on a terminal.
+_BAR_WIDTH = 20
 
 
 class ProgressBar:
@@ -95,8 +97,6 @@ class ProgressBar:
         self._rate = 0.0
         self._console: Any = None
         self._live: Any = None
-        self._progress: Any = None
-        self._task: Any = None
 
     # -- events ------------------------------------------------------------------------------------------
     def on_after_setup(self, fabric: Any) -> None:
@@ -112,8 +112,6 @@ class ProgressBar:
         _check_totals("on_train_start", total_steps, total_epochs)
         self.total_steps = total_steps or self.total_steps
         self.total_epochs = total_epochs or self.total_epochs
-        if self._progress is not None:
-            self._progress.update(self._task, total=self.total_steps)
 
     def on_train_epoch_start(self, epoch: int) -> None:
         self.epoch = epoch
@@ -176,29 +174,33 @@ class ProgressBar:
 
     def _start_live(self) -> None:
         from rich.live import Live
-        from rich.progress import BarColumn, Progress, TextColumn
 
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[counts]}"),
-            TextColumn("{task.fields[rate]}"),
-            TextColumn("{task.fields[times]}"),
-            TextColumn("{task.fields[metrics]}"),
-            console=self._console,
-            auto_refresh=False,
-        )
-        self._task = self._progress.add_task("", total=self.total_steps, counts="", rate="", times="", metrics="")
-        # Refreshed by hand from the training thread: no background thread takes the GIL from the step.
         # Prints to stdout go above the bar when the bar is on stdout; a bar on another stream leaves them alone.
         self._live = Live(
-            self._progress,
+            self._live_line(),
             console=self._console,
-            auto_refresh=False,
+            auto_refresh=False,  # refreshed by hand from the training thread: no thread takes the GIL from a step
             redirect_stdout=self._console.file is sys.stdout,
             redirect_stderr=False,
         )
         self._live.start()
+
+    def _live_line(self) -> Any:
+        """The terminal's line: one ``Text`` (a ``rich.progress`` table costs several times more to draw)."""
+        from rich.text import Text
+
+        line = Text()  # wraps on a narrow terminal: the metrics stay visible
+        if self.epoch is not None:
+            line.append(self._epoch_text() + " ", style="bold")
+        if self.total_steps:
+            done = min(_BAR_WIDTH, _BAR_WIDTH * self.steps // self.total_steps)
+            line.append("━" * done, style="magenta").append("━" * (_BAR_WIDTH - done), style="grey23")
+            line.append(" ")
+        line.append(f"{self.steps}/{self.total_steps or '?'} {self._rate:.2f} it/s ")
+        line.append(f"{_clock(self._elapsed())}<{self._eta()}", style="cyan")
+        if self.metrics:
+            line.append(" " + self._metrics_text())
+        return line
 
     def _maybe_refresh(self) -> None:
         if self._active is None:  # events before setup: decide from the launcher's rank
@@ -223,17 +225,8 @@ class ProgressBar:
         self._last = (now, self.steps)
         if self._live is None:
             self._console.print(self.render(), markup=False, soft_wrap=True)
-            return
-        self._progress.update(
-            self._task,
-            description=self._epoch_text(),
-            completed=self.steps,
-            counts=f"{self.steps}/{self.total_steps or '?'}",
-            rate=f"{self._rate:.2f} it/s",
-            times=f"{_clock(self._elapsed())}<{self._eta()}",
-            metrics=self._metrics_text(),
-        )
-        self._live.refresh()
+        else:
+            self._live.update(self._live_line(), refresh=True)
 
     def _epoch_text(self) -> str:
         if self.epoch is None:
