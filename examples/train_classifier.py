@@ -5,6 +5,7 @@ Runs on CPU in seconds. The same script runs on one process or many, with any in
     python examples/train_classifier.py
     fabric-core run --devices 2 --strategy ddp examples/train_classifier.py --epochs 3
     fabric-core run --devices 1 --precision bf16-mixed examples/train_classifier.py
+    python examples/train_classifier.py --logger mlflow --progress   # needs fabric-core-mlflow
 """
 
 from __future__ import annotations
@@ -16,8 +17,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fabric_core import Fabric
-from fabric_core.loggers import CSVLogger
+from fabric_core import Fabric, Spec, spec
+
+LOGGERS = ("csv", "tensorboard", "mlflow", "wandb")
+
+
+def logger_spec(name: str, out: str) -> Spec:
+    """The logger ``--logger`` names, writing under ``out`` (trackers other than csv are plugins)."""
+    if name == "mlflow":  # MLFLOW_TRACKING_URI, when set, wins over the local store in `out`
+        return spec("mlflow", root_dir=out, experiment_name="train_classifier")
+    if name == "wandb":  # offline (no account needed) unless WANDB_MODE says otherwise
+        return spec("wandb", save_dir=out, project="train_classifier", offline="WANDB_MODE" not in os.environ)
+    return Spec(name, {"root_dir": out, "name": "logs"})  # spec(name, ...) cannot take a `name` option
 
 
 def make_dataset(num_samples: int, num_classes: int = 4, size: int = 8, seed: int = 0) -> TensorDataset:
@@ -50,11 +61,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--out", default=os.path.join("runs", "classifier"))
+    parser.add_argument("--logger", choices=LOGGERS, default="csv", help="Where metrics go (default: csv).")
+    parser.add_argument("--progress", action="store_true", help="Show a progress bar (lines when piped).")
     args = parser.parse_args()
 
-    # No arguments: `fabric-core run --devices 2 --strategy ddp ...` decides (one CPU process without it).
-    fabric = Fabric(loggers=CSVLogger(root_dir=args.out, name="logs"))
+    # No accelerator or strategy: `fabric-core run --devices 2 --strategy ddp ...` decides (one CPU process without).
+    callbacks = [spec("progress", force=True)] if args.progress else []
+    fabric = Fabric(loggers=logger_spec(args.logger, args.out), callbacks=callbacks)
     fabric.seed_everything(42)
+    if args.logger != "csv":  # the CSV logger, as Lightning's, records no hyperparameters
+        fabric.logger.log_hyperparams({k: v for k, v in vars(args).items() if k not in ("out", "progress")})
 
     train = DataLoader(make_dataset(2048), batch_size=args.batch_size, shuffle=True)
     val = DataLoader(make_dataset(512, seed=1), batch_size=256)
@@ -66,7 +82,9 @@ def main() -> None:
     model, optimizer = fabric.setup(model, optimizer)
 
     step = 0
+    fabric.call("on_train_start", total_steps=args.epochs * len(train), total_epochs=args.epochs)
     for epoch in range(args.epochs):
+        fabric.call("on_train_epoch_start", epoch=epoch)
         model.train()
         for images, labels in train:
             loss = nn.functional.cross_entropy(model(images), labels)
@@ -85,9 +103,15 @@ def main() -> None:
         accuracy = fabric.all_reduce(correct.float(), reduce_op="sum") / fabric.all_reduce(
             torch.tensor(float(total)), reduce_op="sum"
         )
+        fabric.log("val/accuracy", accuracy, step=step)
         fabric.print(f"epoch {epoch}: loss {loss.item():.4f}  val accuracy {accuracy.item():.3f}")
+    fabric.call("on_train_end")
 
-    fabric.save(os.path.join(args.out, "checkpoint.pt"), {"model": model, "optimizer": optimizer, "step": step})
+    checkpoint = os.path.join(args.out, "checkpoint.pt")
+    fabric.save(checkpoint, {"model": model, "optimizer": optimizer, "step": step})
+    if hasattr(fabric.logger, "log_artifact"):  # mlflow and wandb keep the checkpoint with the run
+        fabric.barrier()  # rank 0 uploads what every rank finished writing
+        fabric.logger.log_artifact(checkpoint)
     fabric.logger.finalize("success")
     fabric.print(f"world size {fabric.world_size}, strategy {type(fabric.strategy).__name__}, checkpoint in {args.out}")
 

@@ -93,6 +93,7 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
         "fabric_core.callbacks.throughput:ThroughputMonitor",
         description="Logs optimizer steps (and samples) per second every N steps.",
     )
+    registry.add("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0.")
 
 
 @hookimpl(trylast=True)

@@ -663,7 +663,7 @@ class Fabric:
         self.log_dict({name: value}, step=step)
 
     def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Log scalars (tensors are converted with ``.item()``) to every logger.
+        """Log scalars (tensors are converted with ``.item()``) to every logger, then call callbacks' ``on_log``.
 
         Raises:
             ValueError: A tensor has more than one element.
@@ -671,6 +671,7 @@ class Fabric:
         scalars = convert_tensors_to_scalars(metrics)
         for logger in self._loggers:
             logger.log_metrics(metrics=scalars, step=step)
+        self.call("on_log", metrics=scalars, step=step)  # callbacks that show metrics (the progress bar)
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:

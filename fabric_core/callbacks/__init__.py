@@ -5,5 +5,7 @@ from __future__ import annotations
 from fabric_core._lazy import class_getattr
 
 __getattr__, __dir__ = class_getattr(
-    __name__, ("callback",), {"ThroughputMonitor": "fabric_core.callbacks.throughput"}
+    __name__,
+    ("callback",),
+    {"ThroughputMonitor": "fabric_core.callbacks.throughput", "ProgressBar": "fabric_core.callbacks.progress"},
 )

@@ -1,0 +1,21 @@
+"""Registration of the Weights & Biases logger: strings only, so discovery never imports wandb."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fabric_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fabric_core._registry import Registry
+
+
+@hookimpl
+def fabric_core_register_loggers(registry: Registry) -> None:
+    """Register ``"wandb"``."""
+    registry.add(
+        "wandb",
+        "fabric_core_wandb.logger:WandbLogger",
+        description="Log metrics, hyperparameters (as config) and artifacts to one Weights & Biases run (rank 0).",
+        requires=("wandb>=0.17",),
+    )
