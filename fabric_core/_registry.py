@@ -62,7 +62,7 @@ class Spec:
         return f"spec({self.name!r}{opts})"
 
 
-def spec(name: str, **options: Any) -> Spec:
+def spec(name: str, /, **options: Any) -> Spec:
     """Name a component and its options, e.g. ``Fabric(strategy=spec("ddp", static_graph=True))``."""
     if not isinstance(name, str) or not name:
         raise InvalidConfigError(f"`spec(name, ...)` needs a component name, got {name!r}.", value=name)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fabric_core.hookspecs import hookimpl
+from fabric_core.plugin_api import hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Registry
+    from fabric_core.plugin_api import Registry
 
 
 @hookimpl
