@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +25,25 @@ print(json.dumps(heavy))
 """
 
 
+def _private_imports(module: str) -> list[str]:
+    """The private ``fabric_core`` modules ``module``'s source imports (at any depth: lazy and type-only too)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return []
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), spec.origin)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for target in names:
+            parts = target.split(".")
+            if parts[0] == "fabric_core" and any(p.startswith("_") for p in parts[1:2]):
+                found.add(".".join(parts[:2]))
+    return sorted(found)
+
+
 def _registration_module(name: str, group: str) -> str | None:
     for ep in metadata.entry_points(group=group):
         if ep.name.lower() == name:
@@ -34,7 +55,8 @@ def check_plugin(name: str, *, group: str = ENTRY_POINT_GROUP, import_targets: b
     """Check an installed plugin against the plugin contract.
 
     The checks: the plugin is installed and loads; its registration module imports no heavy library
-    (torch, deepspeed, bitsandbytes, torch_xla, tensorboard) in a fresh interpreter; it registers at least one
+    (torch, deepspeed, bitsandbytes, torch_xla, tensorboard) in a fresh interpreter, and no private
+    ``fabric_core._*`` module (only :mod:`fabric_core.plugin_api` and public modules); it registers at least one
     component; names are unique within the plugin and lower-case; every entry has a description; every
     target imports when its requirements are installed; every probe returns a ``bool`` without raising.
 
@@ -62,6 +84,12 @@ def check_plugin(name: str, *, group: str = ENTRY_POINT_GROUP, import_targets: b
         problems.append(f"importing {module} failed: {result.stderr.strip().splitlines()[-1:]}")
     elif json.loads(result.stdout.strip().splitlines()[-1]):
         problems.append(f"importing {module} imports {', '.join(json.loads(result.stdout.splitlines()[-1]))}")
+
+    for private in _private_imports(module):
+        problems.append(
+            f"{module} imports the private module {private}: a plugin imports only fabric_core.plugin_api "
+            "(and public fabric_core modules), which keep working across core releases"
+        )
 
     manager = PluginManager(allow=[name], group=group, strict=False, environ={})
     record = next((r for r in manager.records if r.name == name), None)
