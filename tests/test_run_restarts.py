@@ -7,6 +7,7 @@ where an uninterrupted one ends. The same script under plain torchrun. Real proc
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,3 +157,45 @@ def test_a_bad_max_restarts_is_refused_before_any_worker_starts(tmp_path: Path, 
     assert done.returncode == 2, done.stdout[-3000:]
     assert f"--max-restarts {value}" in done.stdout and "a whole number >= 0" in done.stdout, done.stdout[-3000:]
     assert "Traceback" not in done.stdout and not list(tmp_path.glob("progress*"))
+
+
+@pytest.mark.parametrize(
+    ("max_restarts", "interval", "named"),
+    [("-1", "0.1", "--max-restarts -1"), (" 2.0", "0.1", "--max-restarts  2.0"), ("1", "0", "--monitor-interval 0")],
+)
+def test_restart_options_name_the_bad_value(max_restarts: str, interval: str, named: str) -> None:
+    from fabric_core._run_checks import elastic_options
+    from fabric_core.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match=named):
+        elastic_options(max_restarts, interval)
+    assert elastic_options("3", "0.5") == (3, ["--max-restarts=3", "--monitor-interval=0.5"])
+
+
+def test_rdzv_options_choose_the_rendezvous_and_refuse_contradictions() -> None:
+    from fabric_core._run_checks import rendezvous_options
+    from fabric_core.errors import InvalidConfigError
+
+    one_node = rendezvous_options(1, None, None, {}, rdzv_id="job7")
+    assert one_node == [
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--rdzv-id=job7",
+        "--local-addr=127.0.0.1",
+    ]
+    two_nodes = rendezvous_options(2, None, None, {}, backend="C10D", endpoint="10.0.0.1:29500", rdzv_id="j")
+    assert two_nodes == ["--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=j"]
+    refused = [
+        ({"backend": "zookeeper"}, "zookeeper"),
+        ({"endpoint": "nohost"}, "nohost"),
+        ({"endpoint": "h:99999"}, "h:99999"),
+    ]
+    for options, named in refused:
+        with pytest.raises(InvalidConfigError, match=named):
+            rendezvous_options(1, None, None, {}, **options)
+    with pytest.raises(InvalidConfigError, match="--main-port 1234"):
+        rendezvous_options(1, None, "1234", {}, rdzv_id="x")
+    with pytest.raises(InvalidConfigError, match="--rdzv-endpoint HOST:PORT"):
+        rendezvous_options(2, None, None, {}, backend="c10d")
+    with pytest.raises(InvalidConfigError, match=re.escape("10.0.0.1:0")):
+        rendezvous_options(2, None, None, {}, endpoint="10.0.0.1:0")
