@@ -199,3 +199,18 @@ def test_rdzv_options_choose_the_rendezvous_and_refuse_contradictions() -> None:
         rendezvous_options(2, None, None, {}, backend="c10d")
     with pytest.raises(InvalidConfigError, match=re.escape("10.0.0.1:0")):
         rendezvous_options(2, None, None, {}, endpoint="10.0.0.1:0")
+
+
+@pytest.mark.timeout(120)
+def test_once_the_restarts_are_used_up_the_job_fails_naming_the_cause(tmp_path: Path) -> None:
+    """Rank 1 exits 7 in every attempt (a light job: no torch in the workers)."""
+    from fabric_core.testing import run_in_own_session
+
+    job = Path(__file__).parent / "_jobs" / "run_worker_job.py"
+    command = [sys.executable, "-m", "fabric_core", "run", "--max-restarts", "1", "--accelerator", "cpu"]
+    done = run_in_own_session([*command, "--devices", "2", str(job), str(tmp_path), "exit7"], 100, environment())
+    assert done.returncode == 7, done.stdout[-3000:]
+    assert "exited with code 7; restarting every worker (1 of 1" in done.stdout, done.stdout[-3000:]
+    assert "exited with code 7; the other workers were stopped; no restarts left (--max-restarts 1)" in done.stdout
+    # Two attempts: each rank started twice.
+    assert len(list(tmp_path.glob("started1-*"))) == 2, sorted(p.name for p in tmp_path.iterdir())
