@@ -29,7 +29,9 @@ def reporting_restarts() -> Iterator[None]:
     """
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-    from torch.distributed.launcher import api as launcher
+    from torch.distributed.launcher import api
+
+    launcher: Any = api  # the agent class is an import there, not in the module's exports
 
     class ReportingAgent(LocalElasticAgent):
         _restarts_reported = 0
@@ -54,8 +56,8 @@ def reporting_restarts() -> Iterator[None]:
             return result
 
     original = launcher.LocalElasticAgent
-    launcher.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
+    launcher.LocalElasticAgent = ReportingAgent
     try:
         yield
     finally:
-        launcher.LocalElasticAgent = original  # type: ignore[misc]
+        launcher.LocalElasticAgent = original

@@ -147,7 +147,7 @@ def test_without_restarts_a_killed_worker_fails_the_job_promptly_naming_it(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+@pytest.mark.parametrize("value", ["-1"])  # the in-process test below covers the other shapes
 def test_a_bad_max_restarts_is_refused_before_any_worker_starts(tmp_path: Path, value: str) -> None:
     from fabric_core.testing import run_in_own_session
 
