@@ -15,7 +15,13 @@ from typing import Any
 
 from fabric_core._arguments import ENV_OVERRIDES
 from fabric_core._manager import PluginManager
-from fabric_core._run_checks import MULTI_NODE_PORT, rendezvous_options
+from fabric_core._run_checks import (
+    MONITOR_INTERVAL,
+    MULTI_NODE_PORT,
+    RDZV_BACKENDS,
+    elastic_options,
+    rendezvous_options,
+)
 from fabric_core._run_checks import num_processes as _num_processes
 from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import InvalidConfigError, UnknownNameError
@@ -51,6 +57,46 @@ def add_run_parser(sub: Any) -> None:
         help=f"Port on node 0 (default: MASTER_PORT, else {MULTI_NODE_PORT} with several nodes, else a free port).",
     )
     run.add_argument("--precision", default=None, help="Precision, e.g. 32-true, bf16-mixed.")
+    elastic = run.add_argument_group(
+        "restarts and rendezvous (torch's elastic agent)",
+        "When a worker dies, every worker is stopped and started again with the same arguments, up to "
+        "--max-restarts times; TORCHELASTIC_RESTART_COUNT tells the script which attempt it is.",
+    )
+    elastic.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        dest="max_restarts",
+        default="0",
+        help="How many times to restart every worker after one fails (default 0: the job fails).",
+    )
+    elastic.add_argument(
+        "--monitor-interval",
+        "--monitor_interval",
+        dest="monitor_interval",
+        default=str(MONITOR_INTERVAL),
+        help=f"Seconds between the agent's looks at the workers (default {MONITOR_INTERVAL:g}).",
+    )
+    elastic.add_argument(
+        "--rdzv-backend",
+        "--rdzv_backend",
+        dest="rdzv_backend",
+        default=None,
+        help=f"Rendezvous backend: {', '.join(RDZV_BACKENDS)} (default: c10d when any --rdzv-* is given).",
+    )
+    elastic.add_argument(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        dest="rdzv_endpoint",
+        default=None,
+        help="HOST:PORT of the rendezvous (default on one node: --main-address with port 0, a free port).",
+    )
+    elastic.add_argument(
+        "--rdzv-id",
+        "--rdzv_id",
+        dest="rdzv_id",
+        default=None,
+        help="The job's rendezvous id, the same on every node (default on one node: a new random id).",
+    )
 
 
 def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
@@ -80,8 +126,17 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
             argument="node_rank",
             value=args.node_rank,
         )
+    restarts, elastic = elastic_options(args.max_restarts, args.monitor_interval)
     nprocs = _num_processes(manager, args)
-    rendezvous = rendezvous_options(args.num_nodes, args.main_address, args.main_port, os.environ)
+    rendezvous = rendezvous_options(
+        args.num_nodes,
+        args.main_address,
+        args.main_port,
+        os.environ,
+        backend=args.rdzv_backend,
+        endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+    )
     values = {
         "accelerator": args.accelerator,
         "strategy": args.strategy,
@@ -100,22 +155,26 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         f"--nnodes={args.num_nodes}",
         f"--node_rank={args.node_rank}",
         *rendezvous,
+        *elastic,
         # Every worker starts in fabric_core._run_worker, which ties it to this process, then runs the script.
         "--module",
         "fabric_core._run_worker",
         args.script,
         *args.script_args,
     ]
-    return _torchrun(torchrun_args)
+    return _torchrun(torchrun_args, restarts)
 
 
-def _torchrun(torchrun_args: list[str]) -> int:
+def _torchrun(torchrun_args: list[str], max_restarts: int = 0) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    from fabric_core._run_agent import describe_exit, reporting_restarts
+
     try:
-        torchrun(torchrun_args)
+        with reporting_restarts():
+            torchrun(torchrun_args)
     except SystemExit as exc:  # torchrun exits through sys.exit on success and failure alike
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except SignalException as exc:  # torchrun turns SIGTERM/SIGINT/... into this, after stopping the workers
@@ -128,9 +187,11 @@ def _torchrun(torchrun_args: list[str]) -> int:
     except ChildFailedError as exc:  # the failing worker's traceback is on stderr already
         rank, failure = exc.get_first_failure()
         code = failure.exitcode
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        how = describe_exit(code)
+        left = f"no restarts left (--max-restarts {max_restarts})"
         print(
-            f"fabric-core run: rank {rank} (pid {failure.pid}) {how}; the other workers were stopped.", file=sys.stderr
+            f"fabric-core run: rank {rank} (pid {failure.pid}) {how}; the other workers were stopped; {left}.",
+            file=sys.stderr,
         )
         return shell_code(code)
     return 0

@@ -14,10 +14,22 @@ from typing import Final
 from fabric_core._manager import PluginManager
 from fabric_core.errors import InvalidConfigError
 
-__all__ = ["MULTI_NODE_PORT", "num_processes", "rendezvous_options"]
+__all__ = [
+    "MONITOR_INTERVAL",
+    "MULTI_NODE_PORT",
+    "RDZV_BACKENDS",
+    "elastic_options",
+    "num_processes",
+    "rendezvous_options",
+]
 
 #: The port of node 0 when several nodes must agree on one and none was given.
 MULTI_NODE_PORT: Final = 29400
+#: Seconds between the elastic agent's looks at its workers (torchrun's default): a dead worker is
+#: noticed within this long.
+MONITOR_INTERVAL: Final = 0.1
+#: The rendezvous backends torch's elastic agent registers.
+RDZV_BACKENDS: Final = ("c10d", "static", "etcd", "etcd-v2")
 _DEFAULT_ADDRESS: Final = "127.0.0.1"
 
 
@@ -78,7 +90,63 @@ def _port(value: str, source: str) -> int:
     return int(value)
 
 
-def rendezvous_options(num_nodes: int, address: str | None, port: str | None, environ: Mapping[str, str]) -> list[str]:
+def elastic_options(max_restarts: str, monitor_interval: str) -> tuple[int, list[str]]:
+    """torchrun's restart options from ``--max-restarts`` and ``--monitor-interval``, checked.
+
+    Args:
+        max_restarts: How many times every worker may be restarted after one fails (a whole number >= 0).
+        monitor_interval: Seconds between the agent's looks at the workers (a number > 0).
+
+    Returns:
+        The number of restarts, and the options for torchrun.
+
+    Raises:
+        InvalidConfigError: A value that is not of that form.
+    """
+    text = str(max_restarts).strip()
+    if not text.isdigit():
+        raise InvalidConfigError(
+            f"`--max-restarts {max_restarts}`: the number of restarts must be a whole number >= 0 (0: a failed "
+            "worker fails the job; N: every worker is restarted up to N times).",
+            argument="max_restarts",
+            value=max_restarts,
+        )
+    try:
+        interval = float(monitor_interval)
+    except ValueError:
+        interval = float("nan")
+    if not 0 < interval < float("inf"):
+        raise InvalidConfigError(
+            f"`--monitor-interval {monitor_interval}`: must be a number of seconds > 0 (default {MONITOR_INTERVAL:g}).",
+            argument="monitor_interval",
+            value=monitor_interval,
+        )
+    return int(text), [f"--max-restarts={int(text)}", f"--monitor-interval={interval}"]
+
+
+def _endpoint(endpoint: str, num_nodes: int) -> str:
+    host, sep, port = endpoint.rpartition(":")
+    several = num_nodes > 1
+    if not sep or not host or not port.isdigit() or not (1 if several else 0) <= int(port) <= 65535:
+        valid = "a port from 1 to 65535" if several else "a port from 0 (a free one) to 65535"
+        raise InvalidConfigError(
+            f"`--rdzv-endpoint {endpoint}`: expected HOST:PORT with {valid}.",
+            argument="rdzv_endpoint",
+            value=endpoint,
+        )
+    return endpoint
+
+
+def rendezvous_options(
+    num_nodes: int,
+    address: str | None,
+    port: str | None,
+    environ: Mapping[str, str],
+    *,
+    backend: str | None = None,
+    endpoint: str | None = None,
+    rdzv_id: str | None = None,
+) -> list[str]:
     """torchrun's rendezvous options: where node 0 listens.
 
     The port is ``--main-port``, else ``MASTER_PORT``, else (several nodes) :data:`MULTI_NODE_PORT`, which
@@ -90,13 +158,25 @@ def rendezvous_options(num_nodes: int, address: str | None, port: str | None, en
     Args:
         num_nodes: Number of nodes.
         address: ``--main-address`` (``None``: ``MASTER_ADDR``, else ``127.0.0.1``).
+    Any of ``--rdzv-backend/--rdzv-endpoint/--rdzv-id`` chooses the rendezvous directly instead (backend
+    c10d unless given; on one node the endpoint defaults to ``ADDRESS:0`` and the id to a new random one).
+
+    Args:
+        num_nodes: Number of nodes.
+        address: ``--main-address`` (``None``: ``MASTER_ADDR``, else ``127.0.0.1``).
         port: ``--main-port`` (``None``: see above).
         environ: The environment to read ``MASTER_ADDR``/``MASTER_PORT`` from.
+        backend: ``--rdzv-backend``.
+        endpoint: ``--rdzv-endpoint`` (``HOST:PORT``).
+        rdzv_id: ``--rdzv-id``.
 
     Raises:
-        InvalidConfigError: A port that is not in 1..65535.
+        InvalidConfigError: A port that is not in 1..65535, an unknown backend, a malformed endpoint,
+            ``--main-port`` together with ``--rdzv-*``, or several nodes without an endpoint.
     """
     address = address or environ.get("MASTER_ADDR") or _DEFAULT_ADDRESS
+    if backend is not None or endpoint is not None or rdzv_id is not None:
+        return _chosen_rendezvous(num_nodes, address, port, backend, endpoint, rdzv_id)
     if port is not None:
         chosen: int | None = _port(port, "--main-port")
     elif "MASTER_PORT" in environ:
@@ -111,3 +191,38 @@ def rendezvous_options(num_nodes: int, address: str | None, port: str | None, en
         f"--rdzv-id={uuid.uuid4()}",
         f"--local-addr={address}",
     ]
+
+
+def _chosen_rendezvous(
+    num_nodes: int, address: str, port: str | None, backend: str | None, endpoint: str | None, rdzv_id: str | None
+) -> list[str]:
+    if port is not None:
+        raise InvalidConfigError(
+            f"`--main-port {port}` with `--rdzv-*`: give the rendezvous either as --main-address/--main-port or "
+            "as --rdzv-endpoint HOST:PORT, not both.",
+            argument="main_port",
+            value=port,
+        )
+    backend = (backend or "c10d").strip().lower()
+    if backend not in RDZV_BACKENDS:
+        raise InvalidConfigError(
+            f"`--rdzv-backend {backend}`: unknown backend; choose one of {', '.join(RDZV_BACKENDS)}.",
+            argument="rdzv_backend",
+            value=backend,
+        )
+    if endpoint is None and num_nodes > 1:
+        raise InvalidConfigError(
+            f"`--num-nodes {num_nodes}` with `--rdzv-backend {backend}`: every node must be given the same "
+            "--rdzv-endpoint HOST:PORT (node 0's address and a port it can listen on).",
+            argument="rdzv_endpoint",
+            value=endpoint,
+        )
+    options = [
+        f"--rdzv-backend={backend}",
+        f"--rdzv-endpoint={_endpoint(endpoint or f'{address}:0', num_nodes)}",
+        # One node: a fresh id, so a job never joins the leftovers of another; several: the id all share.
+        f"--rdzv-id={rdzv_id or (uuid.uuid4() if num_nodes == 1 else 'none')}",
+    ]
+    if num_nodes == 1:
+        options.append(f"--local-addr={address}")
+    return options

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from _harness import AA, CORE, RAW, _balanced_orders, interleave, row_result
+from _harness import AA, CORE, RAW, _balanced_orders, fastest_of, interleave, row_result
 
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 6])
@@ -47,3 +47,10 @@ def test_rate_rows_invert_the_ratio() -> None:
     result = row_result("r", "t", {RAW: [1.0, 2.0], CORE: [2.0, 4.0]}, metric="rate")
     assert result.ratios[CORE].median == 0.5
     assert row_result("r", "t", {RAW: [1.0, 2.0], CORE: [2.0, 4.0]}).ratios[CORE].median == 2.0
+
+
+def test_fastest_of_calls_the_measure_repeatedly_and_keeps_the_smallest_value() -> None:
+    values = iter([3.0, 1.0, 2.0, 9.0])
+    best = fastest_of(lambda: next(values), 3)
+    assert best() == 1.0
+    assert next(values) == 9.0  # exactly three calls

@@ -93,6 +93,7 @@ API_MODULES: Final = frozenset(
         "fabric_core.run_checkpoints",
         "fabric_core._preemption",
         "fabric_core._rng_states",
+        "fabric_core._run_agent",
         "fabric_core._lightning_module",
         "fabric_core.connector",
         "fabric_core.cli",

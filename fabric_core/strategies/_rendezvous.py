@@ -73,6 +73,9 @@ def init_process_group(
     resolve_address(address, port)
     meeting = rendezvous_timeout()
     try:
+        store = _attempt_store(address, port, world_size, min(meeting, timeout))
+        if store is not None:
+            kwargs["store"] = store
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=min(meeting, timeout), **kwargs)
     except Exception as error:
         raise RendezvousError(
@@ -86,6 +89,26 @@ def init_process_group(
         # job's timeout, not the rendezvous one.
         dist.distributed_c10d._set_pg_timeout(timeout)
         dist.distributed_c10d._get_default_store().set_timeout(timeout)
+
+
+def _attempt_store(address: str, port: int, world_size: int, timeout: timedelta) -> Any:
+    """The elastic agent's store, under a prefix of its own for this attempt; ``None`` outside such an agent.
+
+    torchrun (and ``fabric-core run``) keep one store for the whole job and restart the workers with
+    ``TORCHELASTIC_RESTART_COUNT`` one higher. torch's ``env://`` joins that store without a prefix, so the
+    workers of a restart would read the addresses the dead attempt published and fail to connect (gloo:
+    "Connection refused"). Keying every attempt apart makes a restart meet only its own peers.
+
+    Returns:
+        A ``torch.distributed.PrefixStore`` for ``init_process_group(store=...)``, or ``None``.
+    """
+    from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]  # not in torch's __all__
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = TCPStore(address, port, world_size, is_master=False, timeout=timeout)
+    return PrefixStore(f"/fabric_core/attempt_{attempt}", store)
 
 
 def _local_rank_note() -> str:
