@@ -36,14 +36,8 @@ from fabric_core.utilities.apply_func import (
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core.utilities.seed import seed_everything as _seed_everything
 from fabric_core.utilities.seed import seed_workers_enabled, worker_init_function
-from fabric_core.wrappers import (
-    FabricDataLoader,
-    FabricModule,
-    FabricOptimizer,
-    overrides,
-    unwrap_compiled,
-    unwrap_objects,
-)
+from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled, unwrap_objects
+from fabric_core.wrappers._guard import BackwardState
 
 if TYPE_CHECKING:
     from fabric_core._manager import PluginManager
@@ -110,14 +104,11 @@ class Fabric:
         self._loggers: list[Logger] = list(components.loggers)
         self._callbacks: list[Any] = list(components.callbacks)
         self._launched = False
-        # Decided once: when neither the strategy nor the precision changes backward, it is `loss.backward()`.
-        self._plain_backward = not (
-            overrides(self._strategy, Strategy, "backward")
-            or overrides(self._precision, Precision, "pre_backward", "backward", "post_backward")
-        )
-        # `loss.backward()` itself, with nothing around it: plain, and no guard against a raw backward on the
-        # model outputs (see FabricModule) that `fabric.backward` must first announce itself to.
-        self._direct_backward = self._plain_backward and not wrappers.guards_raw_backward(self._strategy)
+        # Decided once (the step plan): when neither the strategy nor the precision changes backward, it is
+        # `loss.backward()`; direct when no guard on the model outputs needs `fabric.backward` announced first.
+        plan = wrappers.step_plan(self._strategy)
+        self._plain_backward = plan.plain_backward
+        self._direct_backward = plan.direct_backward
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
@@ -347,7 +338,7 @@ class Fabric:
         if not self._backward_announced:
             self._announce_backward(state)
 
-    def _announce_backward(self, state: wrappers._BackwardState) -> None:
+    def _announce_backward(self, state: BackwardState) -> None:
         # Once per Fabric (a WeakSet.add builds a weak reference, half a microsecond on every step). FabricModules
         # stop guarding their outputs when they see it, and the guards of a plain backward let it pass.
         state.used_by.add(self._strategy)
