@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
 
 import torch
 from torch.nn import Module
@@ -26,8 +27,11 @@ __all__ = [
     "Conversions",
     "FloatCastPrecision",
     "mixed_conversions",
+    "supported",
     "true_conversions",
 ]
+
+_T = TypeVar("_T")
 
 #: The training-step hooks a precision may declare plain (see :attr:`Conversions.plain_hooks`).
 PLAIN_HOOK_NAMES: Final = frozenset({"pre_backward", "backward", "post_backward", "optimizer_step"})
@@ -124,6 +128,28 @@ class Conversions:
             and self.forward_dtype is None
             and self.autocast is None
         )
+
+
+def supported(table: Mapping[str, _T], precision: str, call: str, where: str = "") -> _T:
+    """What ``table`` holds for ``precision``: the check at the top of every float-cast precision's constructor.
+
+    Args:
+        table: The precision strings the class serves, each with what it needs (its dtype).
+        precision: The string given.
+        call: How the call reads in the error, e.g. ``"`HalfPrecision(precision='16-mixed')`"``.
+        where: Said after "is not supported" (``" in DeepSpeed"``).
+
+    Raises:
+        InvalidConfigError: ``precision`` is not in ``table``; the message names the valid choices.
+    """
+    value = table.get(precision)
+    if value is None:
+        raise InvalidConfigError(
+            f"{call} is not supported{where}. Valid choices: {', '.join(repr(name) for name in table)}.",
+            argument="precision",
+            value=precision,
+        )
+    return value
 
 
 #: A precision that declares nothing: full precision.

@@ -6,8 +6,7 @@ from typing import Final
 
 import torch
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import FloatCastPrecision, true_conversions
+from fabric_core.precision.float_cast import FloatCastPrecision, supported, true_conversions
 
 __all__ = ["HalfPrecision"]
 
@@ -28,14 +27,7 @@ class HalfPrecision(FloatCastPrecision):
     """
 
     def __init__(self, precision: str = "16-true") -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`HalfPrecision(precision={precision!r})` is not supported. "
-                f"Valid choices: {', '.join(repr(name) for name in _DTYPES)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`HalfPrecision(precision={precision!r})`")
         self.precision = precision
         self.dtype: Final = dtype
         self._conversions = true_conversions(dtype)

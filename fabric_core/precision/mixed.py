@@ -8,7 +8,7 @@ import torch
 from torch.amp import GradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import mixed_conversions
+from fabric_core.precision.float_cast import mixed_conversions, supported
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
@@ -33,14 +33,7 @@ class MixedPrecision(LossScaling):
     """
 
     def __init__(self, precision: str, device: str | torch.device, scaler: GradScaler | None = None) -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`MixedPrecision(precision={precision!r})` is not supported. "
-                f"Valid choices: {', '.join(repr(name) for name in _DTYPES)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`MixedPrecision(precision={precision!r})`")
         if scaler is not None and precision == "bf16-mixed":
             raise InvalidConfigError(
                 f"`MixedPrecision(precision='bf16-mixed', scaler={scaler!r})`: bf16 needs no loss scaling. "

@@ -8,8 +8,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import Conversions, FloatCastPrecision
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, supported
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -41,14 +40,7 @@ class DeepSpeedPrecision(FloatCastPrecision):
     """
 
     def __init__(self, precision: str = "32-true") -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`precision={precision!r}` is not supported in DeepSpeed. `precision` must be one of: "
-                f"{', '.join(repr(p) for p in SUPPORTED_PRECISIONS)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`precision={precision!r}`", where=" in DeepSpeed")
         self.precision = precision
         self.dtype: Final = dtype
         # Inputs always go to the engine's dtype; only "-true" half precisions create and cast the module

@@ -9,7 +9,7 @@ from torch.amp import GradScaler
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, true_conversions
+from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, supported, true_conversions
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["FSDPPrecision"]
@@ -51,14 +51,7 @@ class FSDPPrecision(LossScaling):
     def __init__(
         self, precision: str = "32-true", device: str | torch.device = "cuda", scaler: GradScaler | None = None
     ):
-        mode = _MODES.get(precision)
-        if mode is None:
-            raise InvalidConfigError(
-                f"`FSDPPrecision(precision={precision!r})` is not supported. "
-                f"Valid choices: {', '.join(repr(name) for name in _MODES)}.",
-                argument="precision",
-                value=precision,
-            )
+        mode = supported(_MODES, precision, f"`FSDPPrecision(precision={precision!r})`")
         if scaler is not None and precision != "16-mixed":
             raise InvalidConfigError(
                 f"`FSDPPrecision(precision={precision!r}, scaler=...)`: only '16-mixed' scales the loss. "
