@@ -1,4 +1,9 @@
-"""``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog."""
+"""``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog.
+
+Two cohesive groups of its methods live in its base classes: the collectives and ``print``
+(:mod:`fabric_core._fabric_collectives`) and ``save`` / ``load`` / ``load_raw``
+(:mod:`fabric_core._fabric_checkpoints`); their argument checks are in :mod:`fabric_core._fabric_checks`.
+"""
 
 from __future__ import annotations
 
@@ -100,11 +105,10 @@ class Fabric(Checkpoints):
         self._loggers: list[Logger] = list(components.loggers)
         self._callbacks: list[Any] = list(components.callbacks)
         self._launched = False
-        # Decided once (the step plan): when neither the strategy nor the precision changes backward, it is
-        # `loss.backward()`; direct when no guard on the model outputs needs `fabric.backward` announced first.
-        plan = wrappers.step_plan(self._strategy)
-        self._plain_backward = plan.plain_backward
-        self._direct_backward = plan.direct_backward
+        # Decided by the step plan, made with the wrappers in `setup` (after `launch()`: a precision may ask the
+        # device about its dtype only then). Until a model is set up, backward takes the general path.
+        self._plain_backward = False
+        self._direct_backward = False
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
@@ -231,6 +235,11 @@ class Fabric(Checkpoints):
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
+        plan = wrappers.step_plan(self._strategy)
+        # When neither the strategy nor the precision changes backward, it is `loss.backward()`; direct when no
+        # guard on the model outputs needs `fabric.backward` announced first.
+        self._plain_backward = plan.plain_backward
+        self._direct_backward = plan.direct_backward or (plan.plain_backward and self._backward_announced)
         lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler

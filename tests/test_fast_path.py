@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.modules import module as torch_module
 
 from fabric_core import Fabric
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, true_conversions
 from fabric_core.testing import make_manager
 from fabric_core.wrappers import FabricModule, StepPlan
 from fabric_core.wrappers._fast_path import DIRECT_CALLS, CallState, checked_autocast
@@ -148,3 +149,31 @@ def test_a_copy_of_the_wrapper_calls_its_own_forward_module(precision: str) -> N
         assert torch.equal(clone(torch.ones(1, 4)), torch.full((1, 2), 4.0))
         assert clone(torch.ones(1, 4)).dtype == torch.float32
         assert (state.autocast_call is not None) is (precision == "bf16-mixed")
+
+
+class _CountsReads(FloatCastPrecision):
+    """A float-cast precision that counts reads of its declaration (bitsandbytes decides its dtype then)."""
+
+    precision = "counts-reads"
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    @property
+    def conversions(self) -> Conversions:
+        self.reads += 1
+        return true_conversions(torch.float64)
+
+
+def test_the_plan_is_made_when_the_wrappers_are_built_not_when_fabric_is() -> None:
+    # Before `launch()` a precision must not be asked: deciding bitsandbytes' dtype asks CUDA, which must
+    # wait until the processes are forked.
+    plugin = _CountsReads()
+    fabric = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager())
+    assert plugin.reads == 0
+    loss = nn.Linear(4, 1)(torch.randn(2, 4)).sum()
+    fabric.backward(loss)  # before any setup: the general path, which is right for every precision
+    model = fabric.setup(nn.Linear(4, 2))
+    assert plugin.reads > 0
+    assert fabric._plain_backward and fabric._direct_backward  # announced already, and nothing guards
+    assert model(torch.randn(1, 4)).dtype == torch.float32 and model.module.weight.dtype == torch.float64
