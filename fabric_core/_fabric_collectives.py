@@ -1,8 +1,8 @@
 """``Fabric``'s methods that every process calls together: the collectives, and printing once per node.
 
-They share one rule, checked the same way at the top of each: with several processes, ``launch()`` (or
-``fabric-core run``) must have started them first. The check is one attribute read once launched: these
-run inside training steps (``all_reduce`` of a metric).
+They share one rule, checked at the top of each by ``_launched_strategy`` (inlined in ``all_reduce``, which
+runs inside training steps): with several processes, ``launch()`` (or ``fabric-core run``) must have started
+them first. Once launched the check is one attribute read.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ class Collectives:
                 " `fabric-core run --help`."
             )
 
+    def _launched_strategy(self) -> Strategy:
+        """The strategy, once :meth:`_validate_launched` passed: how every collective starts."""
+        if not self._launched:
+            self._validate_launched()
+        return self._strategy
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the first process of each node only.
 
@@ -63,9 +69,7 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        if not self._launched:
-            self._validate_launched()
-        self._strategy.barrier(name=name)
+        self._launched_strategy().barrier(name=name)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         """Send any picklable object from process ``src`` to all; every process returns it.
@@ -73,9 +77,7 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        if not self._launched:
-            self._validate_launched()
-        return self._strategy.broadcast(obj, src=src)
+        return self._launched_strategy().broadcast(obj, src=src)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather tensors (numbers become tensors) of every process: shape ``(world_size, *shape)``.
@@ -90,9 +92,7 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        if not self._launched:
-            self._validate_launched()
-        strategy = self._strategy
+        strategy = self._launched_strategy()
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_gather(data, group=group, sync_grads=sync_grads)
         data = convert_to_tensors(data, device=strategy.root_device)
@@ -112,7 +112,7 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        if not self._launched:
+        if not self._launched:  # `_launched_strategy`, inlined: a metric's all_reduce runs every step
             self._validate_launched()
         strategy = self._strategy
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
