@@ -1,13 +1,15 @@
-"""``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog."""
+"""``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog.
+
+Two cohesive groups of its methods live in its base classes: the collectives and ``print``
+(:mod:`fabric_core._fabric_collectives`) and ``save`` / ``load`` / ``load_raw``
+(:mod:`fabric_core._fabric_checkpoints`); their argument checks are in :mod:`fabric_core._fabric_checks`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import io
-import os
-import sys
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,6 +22,7 @@ from fabric_core import _fabric_checks as checks
 from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
 from fabric_core._assembly import assemble
+from fabric_core._fabric_checkpoints import Checkpoints
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._signature import call_with_accepted
 from fabric_core.precision.precision import Precision
@@ -28,22 +31,14 @@ from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities import data as data_utils
 from fabric_core.utilities._active import set_active_strategy
 from fabric_core.utilities.apply_func import (
-    apply_to_collection,
     convert_tensors_to_scalars,
-    convert_to_tensors,
     move_data_to_device,
 )
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core.utilities.seed import seed_everything as _seed_everything
 from fabric_core.utilities.seed import seed_workers_enabled, worker_init_function
-from fabric_core.wrappers import (
-    FabricDataLoader,
-    FabricModule,
-    FabricOptimizer,
-    overrides,
-    unwrap_compiled,
-    unwrap_objects,
-)
+from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled, unwrap_objects
+from fabric_core.wrappers._guard import BackwardState
 
 if TYPE_CHECKING:
     from fabric_core._manager import PluginManager
@@ -57,7 +52,7 @@ def _do_nothing(*_: Any) -> None:
     pass
 
 
-class Fabric:
+class Fabric(Checkpoints):
     """Scale a PyTorch training loop across devices, strategies and precisions.
 
     Components are named by strings (or given as instances) and resolved through the plugin catalog:
@@ -111,14 +106,10 @@ class Fabric:
         self._callbacks: list[Any] = list(components.callbacks)
         self._cluster_environment: Any = components.cluster_environment  # kept for one process too (SLURM requeue)
         self._launched = False
-        # Decided once: when neither the strategy nor the precision changes backward, it is `loss.backward()`.
-        self._plain_backward = not (
-            overrides(self._strategy, Strategy, "backward")
-            or overrides(self._precision, Precision, "pre_backward", "backward", "post_backward")
-        )
-        # `loss.backward()` itself, with nothing around it: plain, and no guard against a raw backward on the
-        # model outputs (see FabricModule) that `fabric.backward` must first announce itself to.
-        self._direct_backward = self._plain_backward and not wrappers.guards_raw_backward(self._strategy)
+        # Decided by the step plan, made with the wrappers in `setup` (after `launch()`: a precision may ask the
+        # device about its dtype only then). Until a model is set up, backward takes the general path.
+        self._plain_backward = False
+        self._direct_backward = False
         self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
@@ -245,6 +236,11 @@ class Fabric:
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
+        plan = wrappers.step_plan(self._strategy)
+        # When neither the strategy nor the precision changes backward, it is `loss.backward()`; direct when no
+        # guard on the model outputs needs `fabric.backward` announced first.
+        self._plain_backward = plan.plain_backward
+        self._direct_backward = plan.direct_backward or (plan.plain_backward and self._backward_announced)
         lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler
@@ -348,7 +344,7 @@ class Fabric:
         if not self._backward_announced:
             self._announce_backward(state)
 
-    def _announce_backward(self, state: wrappers._BackwardState) -> None:
+    def _announce_backward(self, state: BackwardState) -> None:
         # Once per Fabric (a WeakSet.add builds a weak reference, half a microsecond on every step). FabricModules
         # stop guarding their outputs when they see it, and the guards of a plain backward let it pass.
         state.used_by.add(self._strategy)
@@ -436,79 +432,7 @@ class Fabric:
         rank_zero_deprecation("`Fabric.sharded_model()` is deprecated in favor of `Fabric.init_module()`.")
         return self.init_module()
 
-    # -- processes and collectives -------------------------------------------------------------------------
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the first process of each node only.
-
-        The line reaches ``file`` in one write: the built-in ``print`` writes each argument, separator and the
-        line end separately, so on an unbuffered stream another process's output could land mid-line.
-        """
-        if self.local_rank != 0:
-            return
-        file = kwargs.pop("file", None) or sys.stdout
-        flush = kwargs.pop("flush", False)
-        line = io.StringIO()
-        print(*args, file=line, **kwargs)  # the built-in's own checks of ``sep`` and ``end``
-        file.write(line.getvalue())
-        if flush:
-            file.flush()
-
-    def barrier(self, name: str | None = None) -> None:
-        """Wait until every process reaches this call."""
-        self._validate_launched()
-        self._strategy.barrier(name=name)
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        """Send any picklable object from process ``src`` to all; every process returns it."""
-        self._validate_launched()
-        return self._strategy.broadcast(obj, src=src)
-
-    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
-        """Gather tensors (numbers become tensors) of every process: shape ``(world_size, *shape)``.
-
-        With one process no dimension is added. Nested collections are gathered element by element.
-        """
-        self._validate_launched()
-        strategy = self._strategy
-        if isinstance(data, Tensor) and data.device == self.device:
-            return strategy.all_gather(data, group=group, sync_grads=sync_grads)
-        data = convert_to_tensors(data, device=self.device)
-        if strategy.gathers_collections:
-            # One call for the whole collection: the strategy packs it into one collective, not one per tensor.
-            return strategy.all_gather(data, group=group, sync_grads=sync_grads)
-        return apply_to_collection(data, Tensor, strategy.all_gather, group=group, sync_grads=sync_grads)
-
-    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        """Reduce tensors (numbers become tensors) across processes, in place; nested collections too.
-
-        Args:
-            data: A tensor, a number or a nested collection of them.
-            group: The process group; all processes by default.
-            reduce_op: ``"mean"``, ``"sum"``, ``"max"``, ``"min"``, ... or a ``torch.distributed.ReduceOp``.
-        """
-        if not self._launched:
-            self._validate_launched()
-        strategy = self._strategy
-        if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
-            return strategy.all_reduce(data, group=group, reduce_op=reduce_op)
-        data = convert_to_tensors(data, device=self.device)
-        return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
-
-    @contextlib.contextmanager
-    def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
-        """Run the block on rank 0 first; the other processes run it once rank 0 is done.
-
-        Args:
-            local: Let local rank 0 of each node go first (for data on disks that nodes do not share).
-        """
-        rank = self.local_rank if local else self.global_rank
-        with checks.infinite_barrier() as wait:
-            if rank > 0:
-                wait()
-            yield
-            if rank == 0:
-                wait()
-
+    # -- processes ------------------------------------------------------------------------------------------
     def launch(self, function: Callable[..., Any] = _do_nothing, *args: Any, **kwargs: Any) -> Any:
         """Start the processes of the strategy and set up each one (process group, device).
 
@@ -553,92 +477,6 @@ class Fabric:
         set_active_strategy(self._strategy)
         self._strategy.setup_environment()
         return to_run(*args, **kwargs)
-
-    def _validate_launched(self) -> None:
-        if not self._launched and not self._strategy.single_process:
-            raise RuntimeError(
-                "To use Fabric with more than one device, you must call `.launch()` or use the CLI:"
-                " `fabric-core run --help`."
-            )
-
-    # -- checkpoints ---------------------------------------------------------------------------------------
-    def save(
-        self,
-        path: str | os.PathLike[str],
-        state: dict[str, Any],
-        filter: dict[str, Callable[[str, Any], bool]] | None = None,
-    ) -> None:
-        """Save a checkpoint; call it on every process (the strategy decides which ones write).
-
-        Args:
-            path: Where to write.
-            state: Modules, optimizers and objects with ``state_dict()`` are saved as their state dicts;
-                other values as they are.
-            filter: Per key of ``state``, ``fn(name, value) -> bool`` deciding which entries of that state
-                dict are kept (a key whose entries are all dropped is left out).
-
-        Raises:
-            TypeError: ``state`` is not a dict, or ``filter`` not a dict of callables.
-            ValueError: ``filter`` names keys that ``state`` lacks, or ``path`` is empty.
-            OSError: ``path`` is under a file, or a folder where one file is written (checked first).
-        """
-        checks.check_save(self._strategy, path, state, filter)
-        self._strategy.save_checkpoint(path=path, state=unwrap_objects(state), filter=filter)
-        self.barrier()
-
-    def load(
-        self,
-        path: str | os.PathLike[str],
-        state: dict[str, Any] | None = None,
-        strict: bool = True,
-        *,
-        weights_only: bool | None = None,
-    ) -> dict[str, Any]:
-        """Load a checkpoint and restore ``state`` from it, in place; call it on every process.
-
-        Modules, optimizers and stateful objects are restored; plain values are written into ``state``.
-
-        Args:
-            path: The checkpoint.
-            state: What to restore; ``None`` returns the whole checkpoint.
-            strict: Require every key of ``state`` in the checkpoint and exact module keys.
-            weights_only: Passed to ``torch.load`` (``None``: torch's default, refusing arbitrary objects).
-
-        Returns:
-            The checkpoint entries that ``state`` did not ask for.
-
-        Raises:
-            KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
-            TypeError: ``state`` is neither a dict nor ``None``.
-        """
-        checks.check_load_state(state)
-        unwrapped = unwrap_objects(state)
-        remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
-        self.barrier()
-        if state is not None:
-            # Plain values were restored into the unwrapped copy; wrappers stay as the user holds them.
-            for key, value in unwrapped.items():
-                if not wrappers.is_wrapped(state[key]):
-                    state[key] = value
-        return remainder
-
-    def load_raw(
-        self,
-        path: str | os.PathLike[str],
-        obj: Module | Optimizer,
-        strict: bool = True,
-        *,
-        weights_only: bool | None = None,
-    ) -> None:
-        """Load a plain ``torch.save(x.state_dict())`` file into a module or optimizer (wrapped or not).
-
-        Args:
-            path: The file.
-            obj: The module or optimizer to restore.
-            strict: Require exact keys (modules only).
-            weights_only: Passed to ``torch.load``.
-        """
-        self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
 
     # -- callbacks and loggers -----------------------------------------------------------------------------
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:

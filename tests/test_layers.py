@@ -80,6 +80,7 @@ FOLDER_LAYERS: Final[Mapping[str, str]] = {
     "strategies": "strategies",
     "plugins": "api",
     "testing": "api",
+    "wrappers": "api",
 }
 #: Top-level modules of ``fabric_core/`` in the api layer (what users and the command line call).
 API_MODULES: Final = frozenset(
@@ -90,6 +91,8 @@ API_MODULES: Final = frozenset(
         "fabric_core.wrappers",
         "fabric_core._fabric_checks",
         "fabric_core._assembly",
+        "fabric_core._fabric_checkpoints",
+        "fabric_core._fabric_collectives",
         "fabric_core.run_checkpoints",
         "fabric_core._preemption",
         "fabric_core._rng_states",
@@ -130,8 +133,6 @@ PRIVATE_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {
 }
 #: Modules over :data:`MAX_LINES` lines (paths relative to the repository).
 OVERSIZED_TO_SPLIT: Final[Mapping[str, str]] = {
-    "fabric_core/fabric.py": _STEP,
-    "fabric_core/wrappers.py": _STEP,
 }
 #: Torch imported when a torch-free module is imported: ``{module: owner}``.
 TORCH_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}

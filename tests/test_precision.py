@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections import OrderedDict, defaultdict, namedtuple
 from typing import Any
 
@@ -15,17 +14,19 @@ from torch import Tensor, nn
 from fabric_core import Fabric
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.double import DoublePrecision
+from fabric_core.precision.float_cast import (
+    PLAIN_HOOK_NAMES,
+    Conversions,
+    FloatCastPrecision,
+    mixed_conversions,
+    true_conversions,
+)
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.mixed import MixedPrecision
-from fabric_core.precision.precision import (
-    Precision,
-    autocast_of,
-    checked_autocast,
-    convert_floating_tensors,
-    float_cast_of,
-)
+from fabric_core.precision.precision import Precision, convert_floating_tensors
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.testing import make_manager
+from fabric_core.wrappers import StepPlan, step_plan
 
 Pair = namedtuple("Pair", ["x", "y"])
 
@@ -351,6 +352,10 @@ def test_16_mixed_state_dict_round_trip() -> None:
     assert target.state_dict() == state
 
 
+def plan_of(precision: Precision) -> StepPlan:
+    return step_plan(SingleDeviceStrategy("cpu", precision=precision))
+
+
 class _TaggingMixed(MixedPrecision):
     """Overrides the input conversion without declaring it a plain cast: the hook itself must run."""
 
@@ -361,8 +366,9 @@ class _TaggingMixed(MixedPrecision):
 
 def test_an_overridden_conversion_hook_is_called_even_where_the_base_declared_a_cast() -> None:
     plugin = _TaggingMixed("bf16-mixed", "cpu")
-    assert float_cast_of(plugin, "convert_input") is None
-    assert float_cast_of(plugin, "convert_output") is not None  # inherited, still a plain cast
+    plan = plan_of(plugin)
+    assert plan.input_dtype is None and plan.convert_input is not None  # the hook, not the declared cast
+    assert plan.output_to_default and plan.convert_output is None  # inherited, still the declared cast
     fabric = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager())
     seen: list[torch.Tensor] = []
     model = fabric.setup(nn.Linear(4, 2))
@@ -375,7 +381,7 @@ def test_a_conversion_replaced_on_the_instance_is_called() -> None:
     plugin = MixedPrecision("bf16-mixed", "cpu")
     calls: list[object] = []
     plugin.convert_output = lambda data: calls.append(data) or data  # type: ignore[method-assign]
-    assert float_cast_of(plugin, "convert_output") is None
+    assert not plan_of(plugin).output_to_default and plan_of(plugin).convert_output is not None
     model = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager()).setup(nn.Linear(4, 2))
     out = model(torch.randn(2, 4))
     assert calls == [out] and out.dtype == torch.bfloat16  # the replacement returned it unconverted
@@ -435,7 +441,7 @@ def test_the_inlined_mixed_forward_matches_the_general_one(batch_kind: str) -> N
         assert out.dtype == torch.float32
         if batch_kind == "dict":
             assert result["index"].dtype == torch.int64
-    assert model.__dict__["_guards_backward"] is False  # so the last loop call took the inlined path
+    assert model.__dict__["_call"].guards_backward is False  # so the last loop call took the inlined path
     assert model.module.seen == [(torch.bfloat16, True, torch.bfloat16)] * 4
     assert torch.equal(
         fast if batch_kind == "tensor" else fast["out"], general if batch_kind == "tensor" else general["out"]
@@ -451,8 +457,8 @@ class _NoAutocast(MixedPrecision):
 
 def test_an_overridden_forward_context_is_entered_instead_of_autocast() -> None:
     plugin = _NoAutocast("bf16-mixed", "cpu")
-    assert autocast_of(plugin) is None
-    assert autocast_of(MixedPrecision("bf16-mixed", "cpu")) == ("cpu", torch.bfloat16)
+    assert plan_of(plugin).autocast is None and not plan_of(plugin).inline_autocast
+    assert plan_of(MixedPrecision("bf16-mixed", "cpu")).autocast == ("cpu", torch.bfloat16)
     fabric = Fabric(accelerator="cpu", plugins=[plugin], plugin_manager=make_manager())
     model = fabric.setup(_Recorder())
     for _ in range(2):
@@ -460,30 +466,58 @@ def test_an_overridden_forward_context_is_entered_instead_of_autocast() -> None:
     assert [enabled for _, enabled, _ in model.module.seen] == [False, False]
 
 
-def test_checked_autocast_enters_and_exits_like_torch_autocast() -> None:
-    cls = checked_autocast("cpu", torch.bfloat16)
-    assert cls is checked_autocast("cpu", torch.bfloat16)  # made once per pair
-    assert issubclass(cls, torch.autocast)
-    reference = torch.autocast("cpu", dtype=torch.bfloat16)
-    assert {k: getattr(cls(), k) for k in vars(reference)} == vars(reference)
-    layer = nn.Linear(4, 2)
-    assert not torch.is_autocast_enabled("cpu")
-    outer = cls()
-    with outer:
-        assert layer(torch.randn(1, 4)).dtype == torch.bfloat16
-        with cls(), torch.autocast("cpu", enabled=False):  # nested instances keep their own saved state
-            assert layer(torch.randn(1, 4)).dtype == torch.float32
-        assert torch.is_autocast_enabled("cpu")
-    assert not torch.is_autocast_enabled("cpu")
-    assert layer(torch.randn(1, 4)).dtype == torch.float32
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"plain_hooks": frozenset({"backwards"})}, InvalidConfigError, r"'backwards' is not a step hook.*'backward'"),
+        ({"input_dtype": torch.int64}, InvalidConfigError, r"input_dtype=torch.int64.*floating-point"),
+        ({"module_dtype": "bf16"}, TypeError, r"module_dtype='bf16'.*torch.dtype"),
+        ({"autocast": ("cpu", "bf16")}, TypeError, r"autocast=\('cpu', 'bf16'\).*device type, dtype"),
+        (
+            {"forward_dtype": torch.float16, "autocast": ("cpu", torch.float16)},
+            InvalidConfigError,
+            r"one context",
+        ),
+    ],
+)
+def test_a_wrong_conversions_declaration_fails_when_made(kwargs: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        Conversions(**kwargs)
 
 
-def test_checked_autocast_checks_the_pair_when_made() -> None:
-    with pytest.raises(RuntimeError, match="device type"):
-        checked_autocast("unsupported_device", torch.bfloat16)
-    with pytest.warns(UserWarning, match="target dtype is not supported"):
-        disabled = checked_autocast("cpu", torch.int8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # checked once: entering does not warn again
-        with disabled():
-            assert not torch.is_autocast_enabled("cpu")
+class _DeclaresNothing(FloatCastPrecision):
+    precision = "declares-nothing"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "expected"),
+    [
+        (HalfPrecision("bf16-true"), true_conversions(torch.bfloat16)),
+        (DoublePrecision(), true_conversions(torch.float64)),
+        (
+            MixedPrecision("bf16-mixed", "cpu"),
+            dataclasses.replace(mixed_conversions("cpu", torch.bfloat16), plain_hooks=PLAIN_HOOK_NAMES),
+        ),
+        (MixedPrecision("16-mixed", "cpu"), mixed_conversions("cpu", torch.float16)),
+        (_DeclaresNothing(), Conversions()),
+    ],
+)
+def test_the_hooks_of_a_float_cast_precision_do_what_its_conversions_declare(
+    plugin: FloatCastPrecision, expected: Conversions
+) -> None:
+    assert plugin.conversions == expected
+    x = torch.randn(2, 4, dtype=torch.float16)
+    args, kwargs = plugin.convert_input(((x,), {"y": x}))
+    dtype = expected.input_dtype or torch.float16
+    assert args[0].dtype == dtype and kwargs["y"].dtype == dtype
+    assert plugin.convert_output(x).dtype == (torch.float32 if expected.output_to_default else torch.float16)
+    module = plugin.convert_module(nn.Linear(2, 2))
+    assert module.weight.dtype == (expected.module_dtype or torch.float32)
+    with plugin.tensor_init_context():
+        assert torch.empty(1).dtype == (expected.module_dtype or torch.float32)
+    with plugin.forward_context():
+        autocasting = torch.is_autocast_enabled("cpu")
+        created = torch.empty(1).dtype
+    assert autocasting is (expected.autocast is not None)
+    assert created == (expected.forward_dtype or torch.float32)
+    assert plan_of(plugin).plain_forward is (expected == Conversions())

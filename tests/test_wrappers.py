@@ -641,3 +641,16 @@ def test_tracing_a_model_that_calls_the_wrapper() -> None:
     traced = torch.jit.trace(outer, x, check_trace=False)
     assert "scope: __module.0._forward_module" in str(traced.inlined_graph)
     assert torch.allclose(traced(x), model(x))
+
+
+def test_zero_grad_is_the_original_optimizers_own_method() -> None:
+    # No `FabricOptimizer.zero_grad` to drift from the original's: the instance answers with the original's
+    # bound method, so `set_to_none` and any override of the optimizer class behave as without the wrapper.
+    assert "zero_grad" not in FabricOptimizer.__dict__
+    fabric = make_fabric()
+    net = Net()
+    model, optimizer = fabric.setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    assert optimizer.zero_grad.__self__ is optimizer.optimizer
+    fabric.backward(model(torch.randn(2, 4)).sum())
+    optimizer.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())

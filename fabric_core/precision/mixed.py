@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import operator
-from typing import Any, Final
+from typing import Final
 
 import torch
 from torch.amp import GradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import (
-    TO_DEFAULT_DTYPE,
-    autocast_context,
-    casts_floats_to,
-    convert_floating_tensors,
-)
+from fabric_core.precision.float_cast import mixed_conversions, supported
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
@@ -40,14 +33,7 @@ class MixedPrecision(LossScaling):
     """
 
     def __init__(self, precision: str, device: str | torch.device, scaler: GradScaler | None = None) -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`MixedPrecision(precision={precision!r})` is not supported. "
-                f"Valid choices: {', '.join(repr(name) for name in _DTYPES)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`MixedPrecision(precision={precision!r})`")
         if scaler is not None and precision == "bf16-mixed":
             raise InvalidConfigError(
                 f"`MixedPrecision(precision='bf16-mixed', scaler={scaler!r})`: bf16 needs no loss scaling. "
@@ -60,19 +46,5 @@ class MixedPrecision(LossScaling):
         self.device: Final = device.type if isinstance(device, torch.device) else str(device)
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
+        self._conversions = mixed_conversions(self.device, dtype)
         self.init_scaling(scaler)
-
-    @autocast_context
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Autocast to the half dtype on this plugin's device type."""
-        return torch.autocast(self.device, dtype=self.dtype)
-
-    @casts_floats_to(operator.attrgetter("dtype"))
-    def convert_input(self, data: Any) -> Any:
-        """Cast floating-point input tensors to the half dtype."""
-        return convert_floating_tensors(data, self.dtype)
-
-    @TO_DEFAULT_DTYPE
-    def convert_output(self, data: Any) -> Any:
-        """Cast floating-point output tensors back to ``torch.get_default_dtype()``."""
-        return convert_floating_tensors(data, torch.get_default_dtype())

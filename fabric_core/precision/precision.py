@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,40 +15,21 @@ from torch.optim import Optimizer
 
 from fabric_core.utilities.apply_func import apply_to_collection
 
-__all__ = [
-    "TO_DEFAULT_DTYPE",
-    "Precision",
-    "autocast_context",
-    "autocast_of",
-    "casts_floats_to",
-    "checked_autocast",
-    "convert_floating_tensors",
-    "default_dtype",
-    "default_dtype_of",
-    "float_cast_of",
-]
-
-_Hook = TypeVar("_Hook", bound=Callable[..., Any])
-#: The attributes :func:`casts_floats_to` and :func:`autocast_context` set on a hook.
-_CAST_MARK: Final = "__fabric_casts_floats_to__"
-_AUTOCAST_MARK: Final = "__fabric_autocast_context__"
+__all__ = ["Precision", "convert_floating_tensors", "default_dtype"]
 
 
 class Precision:
     """Full precision (``"32-true"``): every hook is a no-op. Other precisions override what differs.
 
     The wrappers call :meth:`convert_input`, :meth:`forward_context` and :meth:`convert_output` around
-    every forward, so these must cost nothing when there is nothing to do.
+    every forward where a subclass overrides them, so these must cost nothing when there is nothing to do.
+    Precisions that only cast floats declare it instead (:class:`~fabric_core.precision.float_cast.FloatCastPrecision`),
+    and the wrappers then cast the forward's arguments themselves.
     """
 
     #: The canonical precision string this plugin serves. A plain attribute, not a ``ClassVar``: classes
     #: that serve several strings (``HalfPrecision``: ``16-true`` and ``bf16-true``) set it per instance.
     precision: str = "32-true"
-    #: Hooks this instance's class overrides but that, in this instance's configuration, do exactly what the
-    #: base class does (``"bf16-mixed"`` has no grad scaler: its ``backward`` and ``optimizer_step`` are
-    #: plain). The wrappers then leave them out of the training step: no guard on raw ``loss.backward()``,
-    #: no detour through the strategy for ``backward`` and ``optimizer.step()``.
-    plain_hooks: frozenset[str] = frozenset()
 
     def convert_module(self, module: Module) -> Module:
         """Convert the module's parameters and buffers (``module.to(dtype)`` for "true" precisions)."""
@@ -107,112 +88,6 @@ class Precision:
 
     def teardown(self) -> None:
         """Undo global changes made by this plugin."""
-
-
-def casts_floats_to(dtype_of: Callable[[Any], torch.dtype]) -> Callable[[_Hook], _Hook]:
-    """Declare that a ``convert_input`` or ``convert_output`` only casts floating tensors to one dtype.
-
-    ``FabricModule`` then casts the forward's arguments (or its output) itself with
-    :func:`convert_floating_tensors`, without packing them into the hook's ``(args, kwargs)`` argument:
-    about a microsecond less per step, which is several percent of a small model's step. A subclass that
-    overrides the hook without this mark gets its hook called as usual.
-
-    Args:
-        dtype_of: Gives the target dtype from the precision instance. For inputs it may be called once, when
-            the wrapper is built; :data:`TO_DEFAULT_DTYPE`'s follows ``torch.get_default_dtype()`` on every
-            forward.
-
-    Returns:
-        A decorator that marks the hook and returns it unchanged.
-    """
-
-    def mark(hook: _Hook) -> _Hook:
-        setattr(hook, _CAST_MARK, dtype_of)
-        return hook
-
-    return mark
-
-
-def _declared(precision: Precision, hook: str, mark: str) -> Any:
-    """What ``precision``'s class marked its ``hook`` with (``None``: unmarked, or replaced on the instance)."""
-    if hook in getattr(precision, "__dict__", {}):  # replaced on the instance: no declaration applies
-        return None
-    return getattr(getattr(type(precision), hook), mark, None)
-
-
-def float_cast_of(precision: Precision, hook: str) -> Callable[[Any], torch.dtype] | None:
-    """The ``dtype_of`` that :func:`casts_floats_to` declared for ``precision``'s hook, if it did."""
-    cast: Callable[[Any], torch.dtype] | None = _declared(precision, hook, _CAST_MARK)
-    return cast
-
-
-def autocast_context(hook: _Hook) -> _Hook:
-    """Declare that a ``forward_context`` returns ``torch.autocast(self.device, dtype=self.dtype)``, no more.
-
-    Where the conversions are declared casts too (:func:`casts_floats_to`, :data:`TO_DEFAULT_DTYPE`),
-    ``FabricModule`` then runs a one-argument forward in a few inlined lines: the hooks' calls cost 2% of
-    a small model's step.
-
-    Args:
-        hook: The ``forward_context`` method.
-
-    Returns:
-        ``hook``, marked.
-    """
-    setattr(hook, _AUTOCAST_MARK, True)
-    return hook
-
-
-def autocast_of(precision: Precision) -> tuple[str, torch.dtype] | None:
-    """``(device type, dtype)`` of the autocast that ``precision`` declared with :func:`autocast_context`."""
-    if not _declared(precision, "forward_context", _AUTOCAST_MARK):
-        return None
-    device: str = getattr(precision, "device")  # noqa: B009 - not an attribute of the base class
-    dtype: torch.dtype = getattr(precision, "dtype")  # noqa: B009
-    return device, dtype
-
-
-_CHECKED_AUTOCASTS: Final[dict[tuple[str, torch.dtype], type[torch.autocast]]] = {}
-
-
-def checked_autocast(device: str, dtype: torch.dtype) -> type[torch.autocast]:
-    """A ``torch.autocast`` class for ``(device, dtype)`` whose arguments were checked once, when it was made.
-
-    ``torch.autocast(device, dtype=dtype)`` checks device and dtype on every construction, about 0.85 µs:
-    1.5% of a small model's step when done per forward. An instance of the returned class starts as that
-    object would (its settings are class attributes), and enters and exits through ``torch.autocast``'s own
-    methods. Each instance keeps its own saved state, so nesting and threads are as safe as with
-    ``torch.autocast``.
-
-    Args:
-        device: The device type, as ``torch.autocast`` takes it (``"cpu"``, ``"cuda"``).
-        dtype: The autocast dtype.
-
-    Returns:
-        A subclass of ``torch.autocast`` whose constructor takes no arguments.
-
-    Raises:
-        RuntimeError: ``device`` is not a device type (torch's own check). A dtype the device cannot autocast
-            to gives torch's warning once, here, and an autocast that is disabled.
-    """
-    key = (device, dtype)
-    cls = _CHECKED_AUTOCASTS.get(key)
-    if cls is None:
-        settings = vars(torch.autocast(device, dtype=dtype))  # torch checks the pair here, once
-        # `object.__init__` is a C call that takes no arguments: the settings are the class's.
-        namespace = {**settings, "__init__": object.__init__, "__module__": __name__}
-        cls = type(f"CheckedAutocast[{device}, {dtype}]", (torch.autocast,), namespace)
-        _CHECKED_AUTOCASTS[key] = cls
-    return cls
-
-
-def default_dtype_of(_: object) -> torch.dtype:
-    """``torch.get_default_dtype()``, as the ``dtype_of`` of :data:`TO_DEFAULT_DTYPE` (the wrappers know it)."""
-    return torch.get_default_dtype()
-
-
-#: For ``convert_output`` hooks that cast floating outputs back to ``torch.get_default_dtype()``.
-TO_DEFAULT_DTYPE: Final = casts_floats_to(default_dtype_of)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import Tensor
@@ -9,17 +10,17 @@ from torch.amp import GradScaler
 from torch.nn import Module
 from torch.optim import LBFGS, Optimizer
 
-from fabric_core.precision.precision import Precision
+from fabric_core.precision.float_cast import PLAIN_HOOK_NAMES, FloatCastPrecision
 
 __all__ = ["LossScaling"]
 
 
-class LossScaling(Precision):
-    """The training-step hooks of a precision that may scale the loss (``"16-mixed"``).
+class LossScaling(FloatCastPrecision):
+    """The training-step hooks of a float-cast precision that may scale the loss (``"16-mixed"``).
 
-    Subclasses set ``self.scaler`` (a ``GradScaler`` or ``None``) in their constructor and call
-    :meth:`init_scaling`. Without a scaler every hook does what the base :class:`Precision` does, and says
-    so through ``plain_hooks`` so that the wrappers skip them.
+    Subclasses declare their conversions (``self._conversions``) and then call :meth:`init_scaling` with the
+    scaler or ``None``. Without a scaler every step hook does what the base ``Precision`` does, and the
+    conversions say so (``plain_hooks``) so that the wrappers skip them.
     """
 
     scaler: GradScaler | None
@@ -28,7 +29,7 @@ class LossScaling(Precision):
         """Record the scaler (``None`` for no loss scaling)."""
         self.scaler = scaler
         if scaler is None:
-            self.plain_hooks = frozenset({"pre_backward", "backward", "post_backward", "optimizer_step"})
+            self._conversions = dataclasses.replace(self._conversions, plain_hooks=PLAIN_HOOK_NAMES)
         # torch raises if unscale_ runs twice between updates (e.g. clipping by norm, then by value).
         self._unscaled: set[int] = set()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import operator
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -12,13 +11,7 @@ import torch
 from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import (
-    TO_DEFAULT_DTYPE,
-    Precision,
-    casts_floats_to,
-    convert_floating_tensors,
-    default_dtype,
-)
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, true_conversions
 
 __all__ = ["MODES", "BitsandbytesPrecision"]
 
@@ -26,7 +19,7 @@ __all__ = ["MODES", "BitsandbytesPrecision"]
 MODES: Final = ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
 
 
-class BitsandbytesPrecision(Precision):
+class BitsandbytesPrecision(FloatCastPrecision):
     """Replace the model's ``nn.Linear`` layers with bitsandbytes' quantized ones.
 
     ``convert_module`` (run by ``fabric.setup``) swaps the layers and keeps their weights; bitsandbytes
@@ -82,6 +75,16 @@ class BitsandbytesPrecision(Precision):
         return self._dtype
 
     @property
+    def conversions(self) -> Conversions:
+        """Inputs, the forward's default dtype and new tensors in the compute dtype; outputs cast back.
+
+        Built on first use, with the compute dtype (``convert_module`` replaces the base's module cast).
+        """
+        if self._conversions.input_dtype is None:
+            self._conversions = true_conversions(self.dtype)
+        return self._conversions
+
+    @property
     def linear_class(self) -> type[Module]:
         """The bitsandbytes layer class that replaces ``nn.Linear`` in this mode."""
         cls: type[Module] = self._layers.linear_class(self.mode, self.dtype)
@@ -112,10 +115,6 @@ class BitsandbytesPrecision(Precision):
                 _cast_own_tensors(m, self.dtype)
         return module
 
-    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Tensors created inside default to the compute dtype."""
-        return default_dtype(self.dtype)
-
     def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Inside, ``torch.nn.Linear`` builds this mode's quantized layer, in the compute dtype.
 
@@ -133,20 +132,6 @@ class BitsandbytesPrecision(Precision):
         stack.enter_context(self.tensor_init_context())
         stack.enter_context(_replaced_linear(self.linear_class))
         return stack
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Tensors created in the forward default to the compute dtype."""
-        return default_dtype(self.dtype)
-
-    @casts_floats_to(operator.attrgetter("dtype"))
-    def convert_input(self, data: Any) -> Any:
-        """Cast floating-point inputs to the compute dtype."""
-        return convert_floating_tensors(data, self.dtype)
-
-    @TO_DEFAULT_DTYPE
-    def convert_output(self, data: Any) -> Any:
-        """Cast floating-point outputs back to ``torch.get_default_dtype()``."""
-        return convert_floating_tensors(data, torch.get_default_dtype())
 
 
 def _cast_own_tensors(module: Module, dtype: torch.dtype) -> None:

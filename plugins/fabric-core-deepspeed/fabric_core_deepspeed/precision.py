@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import operator
 from typing import Any, Final
 
 import torch
 from torch import Tensor
 from torch.nn import Module
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import (
-    TO_DEFAULT_DTYPE,
-    Precision,
-    casts_floats_to,
-    convert_floating_tensors,
-    default_dtype,
-)
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, supported
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -32,7 +23,7 @@ _DTYPES: Final[dict[str, torch.dtype]] = {
 SUPPORTED_PRECISIONS: Final = tuple(_DTYPES)
 
 
-class DeepSpeedPrecision(Precision):
+class DeepSpeedPrecision(FloatCastPrecision):
     """Precision under DeepSpeed: the strategy puts an ``fp16`` or ``bf16`` section in the DeepSpeed config.
 
     With that section DeepSpeed's engine keeps the parameters in half precision (and fp32 master weights in
@@ -49,42 +40,19 @@ class DeepSpeedPrecision(Precision):
     """
 
     def __init__(self, precision: str = "32-true") -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`precision={precision!r}` is not supported in DeepSpeed. `precision` must be one of: "
-                f"{', '.join(repr(p) for p in SUPPORTED_PRECISIONS)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`precision={precision!r}`", where=" in DeepSpeed")
         self.precision = precision
         self.dtype: Final = dtype
+        # Inputs always go to the engine's dtype; only "-true" half precisions create and cast the module
+        # in it (DeepSpeed casts the others itself). The forward has no context of its own.
+        self._conversions = Conversions(
+            input_dtype=dtype, output_to_default=True, module_dtype=dtype if self.is_true_half else None
+        )
 
     @property
     def is_true_half(self) -> bool:
         """Whether parameters are created in the half dtype (``"16-true"``, ``"bf16-true"``)."""
         return self.precision.endswith("-true") and self.dtype is not torch.float32
-
-    def convert_module(self, module: Module) -> Module:
-        """Cast the module to the half dtype for ``"-true"`` precisions (DeepSpeed casts the others)."""
-        return module.to(dtype=self.dtype) if self.is_true_half else module
-
-    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
-        """For ``"-true"`` precisions, new tensors default to the half dtype."""
-        return default_dtype(self.dtype) if self.is_true_half else contextlib.nullcontext()
-
-    def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
-        return self.tensor_init_context()
-
-    @casts_floats_to(operator.attrgetter("dtype"))
-    def convert_input(self, data: Any) -> Any:
-        """Cast floating-point inputs to the dtype of the engine's parameters."""
-        return convert_floating_tensors(data, self.dtype)
-
-    @TO_DEFAULT_DTYPE
-    def convert_output(self, data: Any) -> Any:
-        """Cast floating-point outputs back to ``torch.get_default_dtype()``."""
-        return convert_floating_tensors(data, torch.get_default_dtype())
 
     def backward(self, tensor: Tensor, model: Module | None, *args: Any, **kwargs: Any) -> None:
         """Run backward through the DeepSpeed engine, which scales the loss and reduces the gradients.

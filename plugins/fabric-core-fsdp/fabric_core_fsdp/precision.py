@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Final
+from typing import Final
 
 import torch
 from torch.amp import GradScaler
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
-from torch.nn import Module
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.precision import convert_floating_tensors, default_dtype
+from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, supported, true_conversions
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["FSDPPrecision"]
@@ -53,14 +51,7 @@ class FSDPPrecision(LossScaling):
     def __init__(
         self, precision: str = "32-true", device: str | torch.device = "cuda", scaler: GradScaler | None = None
     ):
-        mode = _MODES.get(precision)
-        if mode is None:
-            raise InvalidConfigError(
-                f"`FSDPPrecision(precision={precision!r})` is not supported. "
-                f"Valid choices: {', '.join(repr(name) for name in _MODES)}.",
-                argument="precision",
-                value=precision,
-            )
+        mode = supported(_MODES, precision, f"`FSDPPrecision(precision={precision!r})`")
         if scaler is not None and precision != "16-mixed":
             raise InvalidConfigError(
                 f"`FSDPPrecision(precision={precision!r}, scaler=...)`: only '16-mixed' scales the loss. "
@@ -74,10 +65,13 @@ class FSDPPrecision(LossScaling):
         self.device: Final = device.type if isinstance(device, torch.device) else str(device)
         if scaler is None and precision == "16-mixed":
             scaler = GradScaler(self.device)
+        if self.dtype == torch.float32:  # nothing to convert and no autocast: the wrappers call the module directly
+            self._conversions = NO_CONVERSIONS
+        elif self.is_true:  # cast before sharding, and stay there
+            self._conversions = true_conversions(self.dtype)
+        else:  # float32 parameters, gathered in the half dtype by FSDP; the forward under autocast
+            self._conversions = mixed_conversions(self.device, self.dtype)
         self.init_scaling(scaler)
-        if precision == "32-true":
-            # Nothing to convert and no autocast: the wrappers call the module directly.
-            self.plain_hooks = self.plain_hooks | {"convert_input", "convert_output", "forward_context"}
 
     @property
     def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:
@@ -97,34 +91,3 @@ class FSDPPrecision(LossScaling):
         if self.is_true:
             return MixedPrecision(param_dtype=self.dtype, reduce_dtype=self.dtype, buffer_dtype=self.dtype)
         return MixedPrecision(param_dtype=self.dtype, reduce_dtype=torch.float32, buffer_dtype=None)
-
-    # -- modules and tensors -------------------------------------------------------------------------------
-    def convert_module(self, module: Module) -> Module:
-        """Cast the module to bf16/fp16 for the "true" half precisions; otherwise leave it in float32."""
-        if self.is_true and self.dtype != torch.float32:
-            return module.to(dtype=self.dtype)
-        return module
-
-    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
-        """For the "true" half precisions, tensors created inside default to the half dtype."""
-        if self.is_true and self.dtype != torch.float32:
-            return default_dtype(self.dtype)
-        return contextlib.nullcontext()
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Autocast for the mixed precisions; the default dtype set to the half dtype for the "true" ones."""
-        if not self.is_true:
-            return torch.autocast(self.device, dtype=self.dtype)
-        return self.tensor_init_context()
-
-    def convert_input(self, data: Any) -> Any:
-        """Cast floating-point inputs to the compute dtype (FSDP would do it for the root module anyway)."""
-        if self.dtype == torch.float32:
-            return data
-        return convert_floating_tensors(data, self.dtype)
-
-    def convert_output(self, data: Any) -> Any:
-        """Cast floating-point outputs back to ``torch.get_default_dtype()``."""
-        if self.dtype == torch.float32:
-            return data
-        return convert_floating_tensors(data, torch.get_default_dtype())

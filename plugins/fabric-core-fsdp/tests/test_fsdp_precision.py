@@ -84,11 +84,13 @@ def test_a_scaler_is_only_for_16_mixed() -> None:
 
 @pytest.mark.parametrize(("precision", "plain"), [("32-true", True), ("bf16-mixed", False), ("bf16-true", False)])
 def test_only_full_precision_leaves_the_forward_plain(precision: str, plain: bool) -> None:
-    from fabric_core.precision.precision import Precision
-    from fabric_core.wrappers import overrides
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+    from fabric_core.wrappers import step_plan
 
     plugin = FSDPPrecision(precision, device="cpu")
-    assert overrides(plugin, Precision, "convert_input", "convert_output", "forward_context") is not plain
+    plan = step_plan(SingleDeviceStrategy("cpu", precision=plugin))
+    converts = (plan.input_dtype, plan.convert_input, plan.forward_context, plan.output_to_default, plan.convert_output)
+    assert (converts == (None, None, None, False, None)) is plain
     x = torch.randn(2, 3, dtype=torch.float16)
     # What "plain" promises: the hooks really do nothing in this configuration.
     if plain:

@@ -1,0 +1,101 @@
+"""``Fabric.save``, ``load`` and ``load_raw``: checkpoints, checked first and written through the strategy."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabric_core import _fabric_checks as checks
+from fabric_core._fabric_collectives import Collectives
+from fabric_core.wrappers import is_wrapped, unwrap_objects
+
+__all__ = ["Checkpoints"]
+
+
+class Checkpoints(Collectives):
+    """The checkpoint methods of :class:`~fabric_core.fabric.Fabric` (its base class; not used on its own).
+
+    Every process calls them; the strategy decides which processes write, and a barrier ends each call.
+    """
+
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        state: dict[str, Any],
+        filter: dict[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Save a checkpoint; call it on every process (the strategy decides which ones write).
+
+        Args:
+            path: Where to write.
+            state: Modules, optimizers and objects with ``state_dict()`` are saved as their state dicts;
+                other values as they are.
+            filter: Per key of ``state``, ``fn(name, value) -> bool`` deciding which entries of that state
+                dict are kept (a key whose entries are all dropped is left out).
+
+        Raises:
+            TypeError: ``state`` is not a dict, or ``filter`` not a dict of callables.
+            ValueError: ``filter`` names keys that ``state`` lacks, or ``path`` is empty.
+            OSError: ``path`` is under a file, or a folder where one file is written (checked first).
+        """
+        checks.check_save(self._strategy, path, state, filter)
+        self._strategy.save_checkpoint(path=path, state=unwrap_objects(state), filter=filter)
+        self.barrier()
+
+    def load(
+        self,
+        path: str | os.PathLike[str],
+        state: dict[str, Any] | None = None,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Load a checkpoint and restore ``state`` from it, in place; call it on every process.
+
+        Modules, optimizers and stateful objects are restored; plain values are written into ``state``.
+
+        Args:
+            path: The checkpoint.
+            state: What to restore; ``None`` returns the whole checkpoint.
+            strict: Require every key of ``state`` in the checkpoint and exact module keys.
+            weights_only: Passed to ``torch.load`` (``None``: torch's default, refusing arbitrary objects).
+
+        Returns:
+            The checkpoint entries that ``state`` did not ask for.
+
+        Raises:
+            KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
+            TypeError: ``state`` is neither a dict nor ``None``.
+        """
+        checks.check_load_state(state)
+        unwrapped = unwrap_objects(state)
+        remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
+        self.barrier()
+        if state is not None:
+            # Plain values were restored into the unwrapped copy; wrappers stay as the user holds them.
+            for key, value in unwrapped.items():
+                if not is_wrapped(state[key]):
+                    state[key] = value
+        return remainder
+
+    def load_raw(
+        self,
+        path: str | os.PathLike[str],
+        obj: Module | Optimizer,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> None:
+        """Load a plain ``torch.save(x.state_dict())`` file into a module or optimizer (wrapped or not).
+
+        Args:
+            path: The file.
+            obj: The module or optimizer to restore.
+            strict: Require exact keys (modules only).
+            weights_only: Passed to ``torch.load``.
+        """
+        self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
