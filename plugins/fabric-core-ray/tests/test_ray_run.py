@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import fabric_core_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.multiprocess]
 JOBS = Path(__file__).parent / "_jobs"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.mark.timeout(150)
@@ -40,3 +42,40 @@ def test_ddp_on_two_ray_workers_averages_gradients(ray_cluster: str, tmp_path: P
             torch.tensor([g for grads in r["synced_grad"] for g in grads]), (local[0] + local[1]) / 2
         )
     assert ranks[0]["params"] == ranks[1]["params"]
+    assert [(r["local_rank"], r["node_rank"]) for r in ranks] == [(0, 0), (1, 0)]
+    # The checkpoint fabric.save wrote is in Ray's storage, with rank 0's metrics.
+    assert result.checkpoint is not None and result.metrics == {"step": 1, "loss": 0.5}
+    with result.checkpoint.as_directory() as folder:
+        assert sorted(p.name for p in Path(folder).iterdir()) == ["step1.ckpt"]
+        stored = torch.load(Path(folder) / "step1.ckpt", weights_only=True)
+    assert stored["step"] == 1
+    assert [t.flatten().tolist() for t in stored["model"].values()] == ranks[0]["params"]
+    assert Path(result.checkpoint.path).is_relative_to(tmp_path / "ray_results")
+
+
+@pytest.mark.timeout(200)
+def test_the_cli_trains_the_example_on_ray(ray_cluster: str, tmp_path: Path) -> None:
+    from fabric_core.testing import run_in_own_session
+
+    out = tmp_path / "runs"
+    command = [
+        sys.executable, "-m", "fabric_core", "run", "--launcher", "ray", "--num-workers", "2",
+        "--address", ray_cluster, "--strategy", "ddp", "--accelerator", "cpu",
+        "--storage-path", str(tmp_path / "ray_results"),
+        str(EXAMPLES / "train_classifier.py"), "--epochs", "1", "--out", str(out),
+    ]  # fmt: skip
+    result = run_in_own_session(command, timeout=180)
+    assert result.returncode == 0, result.stdout[-5000:]
+    # One job of two ranks (not two jobs of one): Ray forwards rank 0's last line to the driver.
+    assert "world size 2, strategy DDPStrategy" in result.stdout
+    assert (out / "checkpoint.pt").is_file()
+    assert len((out / "logs" / "version_0" / "metrics.csv").read_text().splitlines()) > 1
+
+
+def test_detection_outside_a_worker_is_false_with_ray_train_imported() -> None:
+    import ray.train
+
+    from fabric_core_ray.environment import RayEnvironment
+
+    assert ray.train is not None
+    assert RayEnvironment.detect() is False

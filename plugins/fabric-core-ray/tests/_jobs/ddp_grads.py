@@ -1,4 +1,7 @@
-"""A Ray Train worker's job: one ddp step on rank-specific data; writes what each rank saw to OUT/rank<R>.json."""
+"""A Ray Train worker's job: one ddp step on rank-specific data, then save and report the checkpoint to Ray.
+
+Writes what each rank saw to OUT/rank<R>.json.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+import fabric_core_ray
 from fabric_core import Fabric
 
 
@@ -27,6 +31,7 @@ def main(out: str) -> None:
         "rank": fabric.global_rank,
         "world_size": fabric.world_size,
         "local_rank": fabric.local_rank,
+        "node_rank": fabric.node_rank,
         "environment": type(fabric.strategy.cluster_environment).__name__,
         "strategy": type(fabric.strategy).__name__,
         "backend": str(torch.distributed.get_backend()),
@@ -35,6 +40,10 @@ def main(out: str) -> None:
         "params": [p.detach().flatten().tolist() for p in model.parameters()],
     }
     Path(out, f"rank{fabric.global_rank}.json").write_text(json.dumps(record))
+    # Every rank saves (rank 0 writes the file) and reports: Ray's storage then holds the checkpoint.
+    checkpoint = Path(out, "step1.ckpt")
+    fabric.save(checkpoint, {"model": model, "step": 1})
+    fabric_core_ray.report(fabric, checkpoint, {"step": 1, "loss": 0.5})
 
 
 if __name__ == "__main__":
