@@ -53,6 +53,28 @@ def test_ddp_on_two_ray_workers_averages_gradients(ray_cluster: str, tmp_path: P
     assert Path(result.checkpoint.path).is_relative_to(tmp_path / "ray_results")
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(("strategy", "cls"), [("fsdp", "FSDPStrategy"), ("deepspeed", "DeepSpeedStrategy")])
+def test_sharded_strategies_train_on_ray_workers(ray_cluster: str, tmp_path: Path, strategy: str, cls: str) -> None:
+    result = fabric_core_ray.run(
+        JOBS / "sharded_step.py",
+        num_workers=2,
+        args=[str(tmp_path)],
+        accelerator="cpu",
+        strategy=strategy,
+        storage_path=str(tmp_path / "ray_results"),
+    )
+    assert result.error is None
+    record = json.loads((tmp_path / "done.json").read_text())
+    assert (record["strategy"], record["world_size"], record["environment"], record["backend"]) == (
+        cls,
+        2,
+        "RayEnvironment",
+        "gloo",
+    )
+    assert record["losses"][1] < record["losses"][0]  # the step trained
+
+
 @pytest.mark.timeout(200)
 def test_the_cli_trains_the_example_on_ray(ray_cluster: str, tmp_path: Path) -> None:
     from fabric_core.testing import run_in_own_session
