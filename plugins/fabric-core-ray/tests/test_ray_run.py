@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -101,3 +102,73 @@ def test_detection_outside_a_worker_is_false_with_ray_train_imported() -> None:
 
     assert ray.train is not None
     assert RayEnvironment.detect() is False
+
+
+FAULT_TOLERANT = EXAMPLES / "fault_tolerant.py"
+
+
+def _final_model(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    state = torch.load(run_dir / f"step-{step:08d}" / "state", weights_only=False)  # our own run's file
+    return dict(state["model"])
+
+
+def _ray_workers_of_this_cluster() -> list[int]:
+    """The Ray Train worker processes under this test's raylet (never another cluster's on the machine)."""
+    import psutil
+    import ray._private.worker
+
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+    children = psutil.Process(raylet).children(recursive=True)
+    return [p.pid for p in children if any("RayTrainWorker" in part for part in p.cmdline())]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not FAULT_TOLERANT.exists(), reason="examples/fault_tolerant.py (run checkpoints) is not here")
+def test_a_killed_worker_is_restarted_by_ray_and_ends_with_the_uninterrupted_digest(
+    ray_cluster: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import signal
+    import threading
+    import time
+
+    from fabric_core.testing import run_in_own_session
+
+    options = ["--steps", "40", "--every", "5"]
+    reference = run_in_own_session(
+        [sys.executable, "-m", "fabric_core", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+         str(FAULT_TOLERANT), *options, "--dir", str(tmp_path / "reference")],
+        timeout=120,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stdout[-3000:]
+
+    run_dir, killed = tmp_path / "ray", []
+
+    def kill_a_worker_after_step_10() -> None:
+        deadline = time.monotonic() + 150
+        while not (run_dir / "step-00000010" / "COMMITTED").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = _ray_workers_of_this_cluster()
+        if workers:
+            os.kill(workers[-1], signal.SIGKILL)
+            killed.append(workers[-1])
+
+    killer = threading.Thread(target=kill_a_worker_after_step_10, daemon=True)
+    killer.start()
+    result = fabric_core_ray.run(
+        FAULT_TOLERANT,
+        num_workers=2,
+        args=[*options, "--step-seconds", "0.2", "--dir", str(run_dir)],
+        accelerator="cpu",
+        strategy="ddp",
+        max_failures=1,
+        storage_path=str(tmp_path / "ray_results"),
+    )
+    killer.join(timeout=5)
+    assert killed and result.error is None
+    # Ray started the workers again and the script went on from a checkpoint, not from step 0.
+    assert re.search(r"resumed at step (10|15|20|25|30|35)\b", capfd.readouterr().out)
+    ours, theirs = _final_model(run_dir, 40), _final_model(tmp_path / "reference", 40)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
