@@ -96,6 +96,15 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
     registry.add("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0.")
 
 
+@hookimpl
+def fabric_core_register_runners(registry: Registry) -> None:
+    registry.add(
+        "torchrun",
+        "fabric_core._run:run_torchrun",
+        description="The default: torchrun starts --devices processes on this node (--num-nodes nodes in all).",
+    )
+
+
 @hookimpl(trylast=True)
 def fabric_core_select_accelerator(requested: str, context: SelectionContext) -> str | None:
     if requested != "auto":

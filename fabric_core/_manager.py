@@ -53,6 +53,7 @@ _REGISTER_HOOKS: Final = {
     "environment": "fabric_core_register_environments",
     "logger": "fabric_core_register_loggers",
     "callback": "fabric_core_register_callbacks",
+    "runner": "fabric_core_register_runners",
 }
 
 

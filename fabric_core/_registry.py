@@ -25,7 +25,7 @@ from fabric_core.errors import (
 
 __all__ = ["KINDS", "Catalog", "Entry", "ModuleDeclaration", "ModuleRegistry", "Registry", "Spec", "spec"]
 
-KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback")
+KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback", "runner")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MODULE_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")

@@ -1,5 +1,8 @@
 """``fabric-core run SCRIPT [SCRIPT ARGS]``: start a script on N processes (and nodes) with torchrun.
 
+``--launcher NAME`` starts it with another registered runner instead (``fabric_core_register_runners``);
+a runner's own options are added to the parser when the command is ``run``.
+
 The options become ``FABRIC_CORE_*`` environment variables that ``Fabric(...)`` reads in every process, so a
 script that builds ``Fabric()`` with no arguments runs with whatever the command line chose. Names come
 from the catalog, so an installed plugin's names work without a change here.
@@ -11,6 +14,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from fabric_core._arguments import ENV_OVERRIDES
@@ -24,12 +28,12 @@ from fabric_core._run_checks import (
 )
 from fabric_core._run_checks import num_processes as _num_processes
 from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
-from fabric_core.errors import InvalidConfigError, UnknownNameError
+from fabric_core.errors import FabricCoreError, InvalidConfigError, UnknownNameError
 
-__all__ = ["add_run_parser", "run_command"]
+__all__ = ["add_run_parser", "run_command", "run_torchrun", "runners_with_options"]
 
 
-def add_run_parser(sub: Any) -> None:
+def add_run_parser(sub: Any, runners: Sequence[tuple[str, Any]] = ()) -> None:
     run = sub.add_parser(
         "run",
         help="Run a script on one or more processes/nodes (torchrun underneath).",
@@ -57,8 +61,9 @@ def add_run_parser(sub: Any) -> None:
         help=f"Port on node 0 (default: MASTER_PORT, else {MULTI_NODE_PORT} with several nodes, else a free port).",
     )
     run.add_argument("--precision", default=None, help="Precision, e.g. 32-true, bf16-mixed.")
+    before = len(run._actions)
     elastic = run.add_argument_group(
-        "restarts and rendezvous (torch's elastic agent)",
+        "restarts and rendezvous (--launcher torchrun: torch's elastic agent)",
         "When a worker dies, every worker is stopped and started again with the same arguments, up to "
         "--max-restarts times; TORCHELASTIC_RESTART_COUNT tells the script which attempt it is.",
     )
@@ -97,10 +102,12 @@ def add_run_parser(sub: Any) -> None:
         default=None,
         help="The job's rendezvous id, the same on every node (default on one node: a new random id).",
     )
+    torchrun_options = {action.dest: action.default for action in run._actions[before:]}
+    _add_launcher_options(run, runners, torchrun_options)
 
 
 def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
-    """Validate the names, set the environment, and hand over to torchrun."""
+    """Validate the names and the script, then start it with the runner ``--launcher`` names."""
     catalog = manager.catalog
     for kind, value in (("accelerator", args.accelerator), ("strategy", args.strategy)):
         if value is not None and value.lower() not in ("auto", "gpu"):
@@ -120,6 +127,13 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         raise InvalidConfigError(
             f"`fabric-core run {args.script}`: no such file.", argument="script", value=args.script
         )
+    runner = manager.catalog.get("runner", args.launcher, argument="fabric-core run --launcher ...")
+    _refuse_foreign_options(args, runner.name)
+    return int(runner.load()(args, manager))
+
+
+def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
+    """The built-in runner ``"torchrun"``: set the environment and hand over to torchrun."""
     if not 0 <= args.node_rank < max(args.num_nodes, 1):
         raise InvalidConfigError(
             f"`--node-rank {args.node_rank}` with `--num-nodes {args.num_nodes}`: need 0 <= node_rank < num_nodes.",
@@ -200,3 +214,54 @@ def _torchrun(torchrun_args: list[str], max_restarts: int = 0) -> int:
 def shell_code(code: int) -> int:
     """A process's exit status as a shell reports it: ``128 + N`` for a death by signal N (``-N``)."""
     return 128 - code if code < 0 else code
+
+
+def runners_with_options(manager: PluginManager) -> list[tuple[str, Any]]:
+    """The runners that declare options of their own (``add_arguments``), as ``(name, runner)``.
+
+    A runner that fails to load is left out here: its options are then unknown, and choosing it with
+    ``--launcher`` reports why it failed, while every other runner keeps working.
+    """
+    found: list[tuple[str, Any]] = []
+    for entry in manager.catalog.selectable("runner"):
+        try:
+            runner = entry.load()
+        except FabricCoreError:
+            continue
+        if callable(getattr(runner, "add_arguments", None)):
+            found.append((entry.name, runner))
+    return found
+
+
+def _add_launcher_options(
+    run: argparse.ArgumentParser, runners: Sequence[tuple[str, Any]], torchrun_options: dict[str, Any]
+) -> None:
+    names = ", ".join(["torchrun", *(name for name, _ in runners if name != "torchrun")])
+    run.add_argument(
+        "--launcher",
+        default="torchrun",
+        help=f"How to start the processes: a runner name ({names}, ...; `fabric-core list-plugins --kind runner`).",
+    )
+    owned: dict[str, dict[str, Any]] = {"torchrun": torchrun_options}  # the elastic agent's options
+    for name, runner in runners:
+        group = run.add_argument_group(f"--launcher {name}")
+        before = len(run._actions)
+        runner.add_arguments(group)
+        owned[name] = {action.dest: action.default for action in run._actions[before:]}
+    run.set_defaults(_runner_options=owned)
+
+
+def _refuse_foreign_options(args: argparse.Namespace, launcher: str) -> None:
+    """Refuse an option given for a runner other than the chosen one: it would be ignored silently."""
+    for name, defaults in getattr(args, "_runner_options", {}).items():
+        if name == launcher:
+            continue
+        for dest, default in defaults.items():
+            if getattr(args, dest, default) != default:
+                option = "--" + dest.replace("_", "-")
+                raise InvalidConfigError(
+                    f"`fabric-core run {option} ...` is an option of `--launcher {name}`, but the launcher is "
+                    f"{launcher!r}. Add `--launcher {name}`, or leave {option} out.",
+                    argument=dest,
+                    value=getattr(args, dest),
+                )

@@ -116,7 +116,7 @@ def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(runners: Sequence[tuple[str, Any]] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabric-core", description="Scale a PyTorch training loop.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fabric_core._run import add_run_parser
 
-    add_run_parser(sub)
+    add_run_parser(sub, runners)
     return parser
 
 
@@ -205,9 +205,22 @@ def _plugin_output_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def _runners_if_run(argv: Sequence[str]) -> list[tuple[str, Any]]:
+    """For ``fabric-core run``, the runners whose own options the parser must know (loads only them)."""
+    if next((a for a in argv if not a.startswith("-")), None) != "run":
+        return []
+    from fabric_core._run import runners_with_options
+
+    try:
+        return runners_with_options(get_manager())
+    except FabricCoreError:  # a bad switch: reported once the command runs
+        return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fabric-core`` console script."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_runners_if_run(argv))
     args = parser.parse_args(argv)
     try:
         manager = get_manager()  # reads the switches: a bad value is one line, not a traceback

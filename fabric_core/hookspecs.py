@@ -113,6 +113,22 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
 
 
 @hookspec
+def fabric_core_register_runners(registry: Registry) -> None:
+    """Register runners: the ways ``fabric-core run --launcher NAME SCRIPT`` can start a script.
+
+    Called once per plugin manager. The target is a callable ``runner(args, manager) -> int``: it receives
+    the parsed ``fabric-core run`` options (an ``argparse.Namespace``; the script, its arguments and the
+    names are checked already) and the plugin manager, starts the script, and returns the exit status. The
+    callable may have an attribute ``add_arguments(group)``, called with an ``argparse`` argument group when
+    ``fabric-core run`` builds its options, to declare the options only this runner takes (they are refused
+    under any other ``--launcher``). The built-in ``"torchrun"`` is the default.
+
+    Args:
+        registry: Call ``registry.add(...)`` on it.
+    """
+
+
+@hookspec
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
     """Declare the Lightning module paths this plugin provides, so that ``fabric_core.<path>`` imports.
 

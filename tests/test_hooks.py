@@ -155,3 +155,33 @@ def test_hook_fabric_core_validate_selection() -> None:
     with pytest.raises(InvalidConfigError, match="no doubles here"):
         select(manager, accelerator="cpu", precision="64-true")
     assert [c.strategy for c in seen] == ["single_device", "single_device"]  # it sees the complete selection
+
+
+def test_hook_fabric_core_register_runners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabric_core._run import run_command, runners_with_options
+    from fabric_core.cli import build_parser
+
+    (tmp_path / "fc_hook_runner.py").write_text(
+        "def runner(args, manager):\n"
+        "    with open(args.script + '.ran', 'w') as f:\n"
+        "        f.write(f'{args.greeting} {args.script_args}')\n"
+        "    return 7\n"
+        "runner.add_arguments = lambda group: group.add_argument('--greeting', default='hi')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    script = tmp_path / "train.py"
+    script.write_text("")
+
+    def register(registry: Registry) -> None:
+        registry.add("echo", "fc_hook_runner:runner", description="a runner from a test")
+
+    manager = make_manager(plugin_module("mine", {"fabric_core_register_runners": register}))
+    assert manager.catalog.get("runner", "torchrun").plugin == "builtin"  # the default stays
+    parser = build_parser(runners_with_options(manager))
+    args = parser.parse_args(["run", "--launcher", "echo", "--greeting", "hello", str(script), "--lr", "1"])
+    assert run_command(args, manager) == 7
+    assert (tmp_path / "train.py.ran").read_text() == "hello ['--lr', '1']"
+    # Its option under another launcher would be ignored silently: refused before anything starts.
+    args = parser.parse_args(["run", "--greeting", "hello", str(script)])
+    with pytest.raises(InvalidConfigError, match=r"--greeting .*--launcher echo"):
+        run_command(args, manager)

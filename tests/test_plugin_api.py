@@ -50,7 +50,7 @@ def test_the_contract_names_what_a_plugin_needs() -> None:
     from fabric_core import hookspecs
 
     assert set(plugin_api.HOOKS) == {n for n in dir(hookspecs) if n.startswith("fabric_core_")}
-    assert len(plugin_api.HOOKS) == 11
+    assert len(plugin_api.HOOKS) == 12
     for name in ("Registry", "ModuleRegistry", "Entry", "Spec", "Catalog", "KINDS", "SelectionContext", "Decision"):
         assert name in plugin_api.__all__ and getattr(plugin_api, name) is not None
     for name in plugin_api.__all__:
