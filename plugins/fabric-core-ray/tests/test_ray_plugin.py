@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -80,8 +82,14 @@ def test_a_missing_script_is_refused(tmp_path: Path) -> None:
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``fabric-core run ...`` in a process that discovers the plugin through real dist-info metadata."""
-    with fake_distribution("fabric-core-ray", entry_points={"ray": "fabric_core_ray._plugin"}, root=tmp_path / "d"):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "d"), str(ROOT), os.environ["PYTHONPATH"]])}
+    installed = any(ep.name == "ray" for ep in metadata.entry_points(group="fabric_core.plugins"))
+    with contextlib.ExitStack() as stack:
+        path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+        if not installed:  # a fresh worktree: the entry point from fake dist-info metadata
+            entry_points = {"ray": "fabric_core_ray._plugin"}
+            stack.enter_context(fake_distribution("fabric-core-ray", entry_points=entry_points, root=tmp_path / "d"))
+            path.insert(0, str(tmp_path / "d"))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
         env.pop("RAY_ADDRESS", None)
         return subprocess.run(
             [sys.executable, "-m", "fabric_core", "run", *args], capture_output=True, text=True, timeout=60, env=env
