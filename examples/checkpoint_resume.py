@@ -36,7 +36,9 @@ def batch_for(step: int, rank: int, batch_size: int, device: torch.device) -> tu
 
     (With a ``DataLoader``, save the epoch and the batch index instead, and skip that many batches.)
     """
-    generator = torch.Generator().manual_seed((rank << 32) + step)
+    # The rank goes into the low 32 bits: torch's CPU generator keeps only those of a seed, so ``rank << 32``
+    # would give every process the same batch.
+    generator = torch.Generator().manual_seed(step * 1_000_003 + rank)
     inputs = torch.randn(batch_size, 16, generator=generator)
     targets = torch.sin(inputs[:, :8]).sum(1, keepdim=True) - inputs[:, 8:].pow(2).mean(1, keepdim=True)
     return inputs.to(device), targets.to(device)
