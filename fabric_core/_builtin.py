@@ -94,6 +94,7 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
         description="Logs optimizer steps (and samples) per second every N steps.",
     )
     registry.add("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0.")
+    registry.add("profiler", "fabric_core.callbacks.profiler:Profiler", description="torch.profiler traces per rank.")
 
 
 @hookimpl(trylast=True)
