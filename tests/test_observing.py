@@ -88,6 +88,8 @@ def test_profiler_callback_writes_a_trace_into_the_logger_folder(tmp_path: Path,
     assert {"aten::addmm", "aten::relu", "ProfilerStep#2", "ProfilerStep#3"} <= names
     assert "ProfilerStep#0" not in names
     assert profiler.steps == 4 and profiler._profiler is None  # stopped itself after the schedule's end
+    fabric.setup(torch.nn.Linear(2, 2))  # another model: no second profile starts
+    assert profiler._profiler is None
     out = capsys.readouterr().out
     assert "Self CPU time total" in out and "aten::addmm" in out
     # The traces do not make the CSV logger think its folder belonged to another run.

@@ -96,6 +96,7 @@ class Profiler:
         self.steps = 0
         self.summary: str | None = None
         self._profiler: Any = None
+        self._started = False
         self._rank = 0
         self._last_step = (
             skip_first + (wait + warmup + active) * repeat if repeat else None
@@ -103,7 +104,7 @@ class Profiler:
 
     # -- events ------------------------------------------------------------------------------------------
     def on_after_setup(self, fabric: Any) -> None:
-        if self._profiler is None and self.summary is None:
+        if not self._started:  # a second `fabric.setup` (another model) does not start a second profile
             self.start(fabric)
 
     def on_after_optimizer_step(self) -> None:
@@ -120,6 +121,7 @@ class Profiler:
 
         if self._profiler is not None:
             return
+        self._started = True
         self._rank = int(getattr(fabric, "global_rank", 0))
         if self.dirpath is None:
             self.dirpath = _log_dir(fabric)
