@@ -297,3 +297,14 @@ def test_two_ranks_log_the_mean_and_max_across_ranks_and_one_row_per_window(
     assert column("min_v") == [(step, 10 * step + 1.0) for step in range(1, 7)]  # reduced with max too
     # Every 3 steps, the mean over the window's steps and both ranks.
     assert column("window_v") == [(3, 20.5), (6, 50.5)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_two_ranks_throughput_is_this_process_times_the_world(two_process_job: tuple[Path, str]) -> None:
+    rows = [row for row in _csv_rows(Path(two_process_job[0], "metrics.csv")) if row.get("throughput/steps_per_sec")]
+    assert [row["step"] for row in rows] == ["3", "6"]
+    for row in rows:
+        device = float(row["throughput/device/samples_per_sec"])
+        assert device == pytest.approx(4 * float(row["throughput/steps_per_sec"]), rel=1e-6)
+        assert float(row["throughput/samples_per_sec"]) == pytest.approx(2 * device, rel=1e-6)
