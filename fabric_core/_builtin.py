@@ -91,9 +91,10 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
     registry.add(
         "throughput",
         "fabric_core.callbacks.throughput:ThroughputMonitor",
-        description="Logs optimizer steps (and samples) per second every N steps.",
+        description="Logs steps, samples, tokens and FLOPs per second and MFU every N steps.",
     )
     registry.add("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0.")
+    registry.add("profiler", "fabric_core.callbacks.profiler:Profiler", description="torch.profiler traces per rank.")
 
 
 @hookimpl

@@ -25,6 +25,9 @@ from fabric_core._assembly import assemble
 from fabric_core._fabric_checkpoints import Checkpoints
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._signature import call_with_accepted
+from fabric_core.callbacks.profiler import Profiler
+from fabric_core.callbacks.profiler import profile as profile_run
+from fabric_core.loggers._aggregate import reduce_metrics
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.strategies.strategy import Strategy
@@ -496,20 +499,55 @@ class Fabric(Checkpoints):
                 continue
             call_with_accepted(method, args, kwargs)
 
-    def log(self, name: str, value: Any, step: int | None = None) -> None:
-        """Log one scalar (tensors are converted with ``.item()``) to every logger."""
-        self.log_dict({name: value}, step=step)
+    def log(
+        self,
+        name: str,
+        value: Any,
+        step: int | None = None,
+        *,
+        reduce: str | None = None,
+        every_n_steps: int | None = None,
+    ) -> None:
+        """Log one scalar (tensors are converted with ``.item()``) to every logger; see :meth:`log_dict`."""
+        self.log_dict({name: value}, step=step, reduce=reduce, every_n_steps=every_n_steps)
 
-    def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_dict(
+        self,
+        metrics: Mapping[str, Any],
+        step: int | None = None,
+        *,
+        reduce: str | None = None,
+        every_n_steps: int | None = None,
+    ) -> None:
         """Log scalars (tensors are converted with ``.item()``) to every logger, then call callbacks' ``on_log``.
 
+        Args:
+            metrics: Names and values.
+            step: The step to log at (the loggers' own count when ``None``).
+            reduce: ``"mean"``, ``"sum"``, ``"max"`` or ``"min"``: reduce each value across processes first
+                (every process must make the call); ``None`` logs this process's values as they are.
+            every_n_steps: Keep each value on this process and log one value every this many calls: the
+                window's ``reduce`` (its mean for ``None``), then reduced across processes in one collective.
+
         Raises:
-            ValueError: A tensor has more than one element.
+            ValueError: A tensor has more than one element, or a bad ``reduce`` / ``every_n_steps``.
         """
+        if reduce is not None or every_n_steps is not None:
+            metrics = reduce_metrics(self, metrics, reduce, every_n_steps)
+            if not metrics:
+                return
         scalars = convert_tensors_to_scalars(metrics)
         for logger in self._loggers:
             logger.log_metrics(metrics=scalars, step=step)
         self.call("on_log", metrics=scalars, step=step)  # callbacks that show metrics (the progress bar)
+
+    def profile(self, **options: Any) -> contextlib.AbstractContextManager[Profiler]:
+        """Profile the code in a ``with`` block with ``torch.profiler``; call ``.step()`` on what it yields.
+
+        Takes the options of :class:`~fabric_core.callbacks.profiler.Profiler` (``wait``, ``warmup``,
+        ``active``, ``repeat``, ``dirpath``, ...). Traces go to the first logger's folder, one per process.
+        """
+        return profile_run(self, **options)
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:

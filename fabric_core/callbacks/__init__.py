@@ -7,5 +7,9 @@ from fabric_core._lazy import class_getattr
 __getattr__, __dir__ = class_getattr(
     __name__,
     ("callback",),
-    {"ThroughputMonitor": "fabric_core.callbacks.throughput", "ProgressBar": "fabric_core.callbacks.progress"},
+    {
+        "ThroughputMonitor": "fabric_core.callbacks.throughput",
+        "ProgressBar": "fabric_core.callbacks.progress",
+        "Profiler": "fabric_core.callbacks.profiler",
+    },
 )

@@ -187,7 +187,8 @@ class CSVLogger(Logger):
         if self._started:
             return
         log_dir = Path(self.log_dir)
-        if log_dir.is_dir() and any(log_dir.iterdir()):
+        # The profiler callback's traces (its `profiler` folder) may be written before the first metrics.
+        if log_dir.is_dir() and any(entry.name != "profiler" for entry in log_dir.iterdir()):
             rank_zero_warn(
                 f"The log folder {os.fspath(log_dir)!r} already exists and is not empty; its {METRICS_FILE} "
                 "will be replaced by this run's metrics. Pass a new `version=` (or none) to keep them apart.",
