@@ -116,10 +116,7 @@ _STEP: Final = "wrappers.py and fabric.py (issue 16 item 2)"
 _STRATEGIES: Final = "strategy wiring, plugin strategies (issue 16 item 4)"
 _SELECTION: Final = "selection: deciding apart from building (issue 16 item 5)"
 #: Import edges ``(importer, imported)`` that close a cycle (one edge per cycle is enough to list).
-CYCLE_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {
-    ("fabric_core_deepspeed._checkpoint", "fabric_core_deepspeed.strategy"): _STRATEGIES,
-    ("fabric_core_fsdp._state", "fabric_core_fsdp._sharded"): _STRATEGIES,
-}
+CYCLE_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {}
 #: Import edges ``(importer, imported)`` that go up the layers.
 LAYER_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {
     ("fabric_core._arguments", "fabric_core.strategies.single_device"): _SELECTION,

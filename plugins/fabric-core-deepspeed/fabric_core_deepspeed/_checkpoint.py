@@ -17,7 +17,7 @@ from fabric_core.io.restore import restore_state
 from fabric_core_deepspeed._trust import check_pickles
 
 if TYPE_CHECKING:
-    from fabric_core_deepspeed.strategy import DeepSpeedStrategy
+    from fabric_core.utilities.types import ModuleLoader
 
 __all__ = [
     "DEEPSPEED_KEYS",
@@ -98,7 +98,12 @@ def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -
 
 
 def load_folder(
-    strategy: DeepSpeedStrategy, folder: Path, state: dict[str, Any], strict: bool, weights_only: bool | None = None
+    strategy: ModuleLoader,
+    engines: list[Any],
+    folder: Path,
+    state: dict[str, Any],
+    strict: bool,
+    weights_only: bool | None = None,
 ) -> dict[str, Any]:
     """Restore ``state`` from a checkpoint folder: DeepSpeed restores the engine (and its optimizer when ``state``
     holds it); the other entries come from the client state, in place. Returns the extras not asked for.
@@ -109,11 +114,11 @@ def load_folder(
     Raises:
         CheckpointError: A file of the folder holds objects a DeepSpeed checkpoint does not consist of
             (nothing of it was unpickled), or is damaged.
-        ValueError: ``state`` holds no engine of ``strategy``, or more than one.
+        ValueError: ``state`` holds none of ``engines`` (those the strategy created), or more than one.
         KeyError: With ``strict``, ``state`` asks for an extra the checkpoint lacks.
         RuntimeError: DeepSpeed could not read the folder.
     """
-    layout = split_state(state, strategy._engines, "load")
+    layout = split_state(state, engines, "load")
     if weights_only is not False:
         check_pickles(folder, TAG)
     _, client_state = layout.engine.load_checkpoint(

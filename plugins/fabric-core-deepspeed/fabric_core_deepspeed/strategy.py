@@ -545,7 +545,7 @@ class DeepSpeedStrategy(ParallelStrategy):
                 f"Got `DeepSpeedStrategy.load_checkpoint(..., state={state!r})` but a state with at least a model "
                 "instance to reload is required. Pass it in like so: `fabric.load(path, state={'model': model, ...})`."
             )
-        return _checkpoint.load_folder(self, _checkpoint.check_folder(path), state, strict, weights_only)
+        return _checkpoint.load_folder(self, self._engines, _checkpoint.check_folder(path), state, strict, weights_only)
 
     def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""

@@ -287,7 +287,7 @@ class ShardedStrategy(ParallelStrategy):
         Must be called on every rank. Returns the checkpoint entries ``state`` did not ask for (the whole
         checkpoint, in CPU memory, when ``state`` is empty).
         """
-        return _state.load(self, path, state, strict=strict, weights_only=weights_only)
+        return _state.load(self, path, state, strict=strict, weights_only=weights_only, set_up=self.modules)
 
     # -- teardown and pickling ------------------------------------------------------------------------------
     def release_modules(self) -> None:

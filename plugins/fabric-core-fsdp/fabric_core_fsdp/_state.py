@@ -7,7 +7,7 @@ Every function here is collective: all ranks call it with the same ``state``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.types import Stateful
 
 if TYPE_CHECKING:
-    from fabric_core_fsdp._sharded import ShardedStrategy
+    from fabric_core.strategies.parallel import ParallelStrategy
 
 __all__ = ["load", "save_full", "save_sharded"]
 
@@ -87,7 +87,7 @@ def _plain(extras: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in extras.items()}
 
 
-def save_sharded(strategy: ShardedStrategy, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
+def save_sharded(strategy: ParallelStrategy, path: str | os.PathLike[str], state: Mapping[str, Any]) -> None:
     """Write ``path`` as a folder: each rank writes its shards, rank 0 the metadata and ``meta.pt``.
 
     The folder is written under a temporary name and put in place in one step by rank 0 once every rank
@@ -109,7 +109,7 @@ def save_sharded(strategy: ShardedStrategy, path: str | os.PathLike[str], state:
 
 
 def save_full(
-    strategy: ShardedStrategy,
+    strategy: ParallelStrategy,
     path: str | os.PathLike[str],
     state: Mapping[str, Any],
     filter: Filter | None = None,
@@ -133,13 +133,16 @@ def save_full(
 
 
 def load(
-    strategy: ShardedStrategy,
+    strategy: ParallelStrategy,
     path: str | os.PathLike[str],
     state: Module | Optimizer | dict[str, Any] | None,
     strict: bool = True,
     weights_only: bool | None = None,
+    set_up: Sequence[Module] = (),
 ) -> dict[str, Any]:
     """Restore ``state`` from a sharded folder or a full file; return what ``state`` did not ask for.
+
+    ``set_up`` are the modules the strategy has set up: an optimizer in ``state`` may belong to one of them.
 
     Raises:
         FileNotFoundError: Nothing at ``path``.
@@ -167,14 +170,14 @@ def load(
             )
         checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
         key = "model" if isinstance(state, Module) else "optimizer"
-        _restore_full(strategy, {key: state}, {key: checkpoint}, strict)
+        _restore_full({key: state}, {key: checkpoint}, strict, set_up)
         return {}
     if sharded:
         # From the path, not its committed name: a load racing a replace may have to start over from it.
-        return _load_sharded(strategy, Path(path), state, strict, weights_only)
+        return _load_sharded(strategy, Path(path), state, strict, weights_only, set_up)
     checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
     _check_keys(state, set(checkpoint), strict)
-    return _restore_full(strategy, state, checkpoint, strict)
+    return _restore_full(state, checkpoint, strict, set_up)
 
 
 def _check_keys(state: Mapping[str, Any], available: set[str], strict: bool) -> None:
@@ -188,12 +191,12 @@ def _check_keys(state: Mapping[str, Any], available: set[str], strict: bool) -> 
 
 
 def _restore_full(
-    strategy: ShardedStrategy, state: dict[str, Any], checkpoint: dict[str, Any], strict: bool
+    state: dict[str, Any], checkpoint: dict[str, Any], strict: bool, set_up: Sequence[Module]
 ) -> dict[str, Any]:
     """Load full (unsharded) state dicts into sharded modules and optimizers; plain values into ``state``."""
     remainder = dict(checkpoint)
     modules = {k: v for k, v in state.items() if isinstance(v, Module)}
-    candidates = [*modules.values(), *strategy.modules]
+    candidates = [*modules.values(), *set_up]
     for key, obj in list(state.items()):
         if key not in remainder:
             continue
@@ -212,7 +215,12 @@ def _restore_full(
 
 
 def _load_sharded(
-    strategy: ShardedStrategy, path: Path, state: dict[str, Any], strict: bool, weights_only: bool | None
+    strategy: ParallelStrategy,
+    path: Path,
+    state: dict[str, Any],
+    strict: bool,
+    weights_only: bool | None,
+    set_up: Sequence[Module],
 ) -> dict[str, Any]:
     """Restore ``state`` from the sharded folder at ``path``, every rank from the same checkpoint.
 
@@ -223,7 +231,7 @@ def _load_sharded(
     files, every rank starts over from the path, up to :data:`ATTEMPTS` times.
     """
     modules, optimizers, _ = _split(state)
-    owners = {key: owner(opt, [*modules.values(), *strategy.modules], key) for key, opt in optimizers.items()}
+    owners = {key: owner(opt, [*modules.values(), *set_up], key) for key, opt in optimizers.items()}
     for attempt in range(1, ATTEMPTS + 1):
         folder: OpenFolder | None = None
         try:
@@ -297,7 +305,7 @@ def _save_id(reader: SafeFileSystemReader, folder: OpenFolder) -> str:
     return f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
 
 
-def _gather(strategy: ShardedStrategy, obj: Any) -> list[Any]:
+def _gather(strategy: ParallelStrategy, obj: Any) -> list[Any]:
     if strategy.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
         return [obj]
     gathered: list[Any] = [None] * strategy.world_size
@@ -305,12 +313,12 @@ def _gather(strategy: ShardedStrategy, obj: Any) -> list[Any]:
     return gathered
 
 
-def _any(strategy: ShardedStrategy, flag: bool) -> bool:
+def _any(strategy: ParallelStrategy, flag: bool) -> bool:
     return any(_gather(strategy, flag))
 
 
 def _agree(
-    strategy: ShardedStrategy,
+    strategy: ParallelStrategy,
     path: Path,
     folder: OpenFolder | None,
     token: str | None,
