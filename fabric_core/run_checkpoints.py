@@ -208,7 +208,7 @@ class RunCheckpoints:
             )
             return
         for logger, entry in zip(loggers, saved, strict=True):
-            if not isinstance(entry, Mapping) or entry.get("identity") is None:
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("identity"), Mapping):
                 continue
             if entry.get("logger") != type(logger).__name__:
                 rank_zero_warn(
