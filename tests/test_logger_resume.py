@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.loggers.csv_logs import CSVLogger
 from fabric_core.loggers.logger import Logger
 from fabric_core.run_checkpoints import LOGGERS_KEY, STATE
-from fabric_core.testing import run_in_own_session
+from fabric_core.testing import resumable_job, run_in_own_session
 
 
 def job(directory: Path, logger: str, options: dict[str, Any], *flags: str) -> str:
@@ -53,17 +54,6 @@ def test_a_killed_csv_run_resumes_its_version_without_duplicate_rows(tmp_path: P
     # Rows 6 and 7 of the killed run were dropped on resume and logged again: each step exactly once.
     assert [(r["step"], r["step_value"]) for r in rows] == [(str(i), f"{float(i)}") for i in range(10)]
     assert all(float(r["loss"]) > 0 for r in rows)
-
-
-def test_a_preempted_csv_run_keeps_its_buffered_rows(tmp_path: Path) -> None:
-    # The default buffer (100 rows) holds every row when SIGTERM arrives: the checkpoint writes them first.
-    options = {"root_dir": str(tmp_path / "logs")}
-    out = job(tmp_path / "run", "csv", options, "--steps", "9", "--every", "100", "--term-at", "4")
-    assert "preempted by SIGTERM at step 4" in out
-    metrics = tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv"
-    assert [r["step"] for r in read_csv(metrics)[1]] == ["0", "1", "2", "3"]
-    job(tmp_path / "run", "csv", options, "--steps", "9", "--every", "100")
-    assert [r["step"] for r in read_csv(metrics)[1]] == [str(i) for i in range(9)]
 
 
 # -- in one process --------------------------------------------------------------------------------------
@@ -141,3 +131,25 @@ def test_the_loggers_key_is_reserved(tmp_path: Path) -> None:
     fabric = Fabric(accelerator="cpu")
     with pytest.raises(InvalidConfigError, match="'loggers', which run checkpoints keep for the loggers' runs"):
         RunCheckpoints(fabric, tmp_path, signals=()).save(1, {LOGGERS_KEY: 1})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_preempted_two_process_job_resumes_one_version(tmp_path: Path) -> None:
+    """Rank 0's identity is saved and given to both ranks; rank 1 writes nothing and makes no version.
+
+    The rows sit in the logger's buffer (100 rows by default) when SIGTERM arrives: the checkpoint writes them.
+    """
+    skip = ("FABRIC_CORE_", "TORCHELASTIC", "LOCAL_RANK", "MASTER_", "RANK", "WORLD_SIZE", "NODE_RANK")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
+    script = Path(resumable_job.__file__)
+    launch = [sys.executable, "-m", "fabric_core", "run", "--accelerator", "cpu", "--devices", "2", str(script)]
+    options = json.dumps({"root_dir": str(tmp_path / "logs")})
+    command = [*launch, str(tmp_path / "run"), "csv", options, "--steps", "7", "--every", "100", "--devices", "2"]
+    first = run_in_own_session([*command, "--term-at", "3"], timeout=150, env=env)
+    assert first.returncode == 143 and "preempted by SIGTERM at step 3" in first.stdout, first.stdout[-3000:]
+    second = run_in_own_session(command, timeout=150, env=env)
+    assert second.returncode == 0 and "starting at step 3" in second.stdout, second.stdout[-3000:]
+    assert [p.name for p in (tmp_path / "logs" / "lightning_logs").iterdir()] == ["version_0"]
+    _, rows, _ = read_csv(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv")
+    assert [(r["step"], r["step_value"]) for r in rows] == [(str(i), f"{float(i)}") for i in range(7)]

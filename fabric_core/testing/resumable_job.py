@@ -9,8 +9,9 @@ checkpoint and should log into the same run (a logger's ``run_identity`` / ``rea
 Step ``i`` (counting from 0) logs ``{"loss": ..., "step_value": i}`` at ``step=i``; a checkpoint is saved after
 every ``--every`` steps and after the last one. ``--kill-at K`` flushes the logger after step ``K - 1`` and
 SIGKILLs the process (what the tracker holds past the last checkpoint is then logged again on resume);
-``--term-at K`` sends SIGTERM instead, which saves a checkpoint at ``K`` and exits with code 143; ``--steps``
-alone ends cleanly with ``finalize("success")``.
+``--term-at K`` sends SIGTERM instead (every rank to itself), which saves a checkpoint at ``K`` and exits with
+code 143; ``--steps`` alone ends cleanly with ``finalize("success")``. ``--devices 2`` runs ddp, launched with
+``fabric-core run --accelerator cpu --devices 2 <this file> ...``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ def main() -> None:
     parser.add_argument("--every", type=int, required=True)
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--term-at", type=int, default=None)
+    parser.add_argument("--devices", type=int, default=1, help="More than 1: ddp, under `fabric-core run`.")
     args = parser.parse_args()
 
     # Fabric resolves a spec by name; its `loggers` annotation names only logger objects.
     logger: Any = spec(args.logger, **json.loads(args.options))
-    fabric = Fabric(accelerator="cpu", devices=1, loggers=logger)
+    strategy = "ddp" if args.devices > 1 else "auto"
+    fabric = Fabric(accelerator="cpu", devices=args.devices, strategy=strategy, loggers=logger)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
