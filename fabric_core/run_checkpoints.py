@@ -15,7 +15,9 @@ Layout of the directory: one folder per checkpoint, ``step-00000100/``, holding 
 written last, after the state is on disk, with the step, the world size and a sha256 digest of every file.
 The folder is filled under a hidden temp name and renamed into place in one step; a folder without its
 marker is never chosen and never pruned. The saved state holds, next to the user's entries, every rank's
-RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`. Anything else with ``state_dict()`` and
+RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`, and what names each logger's run (an MLflow or
+W&B run id, a CSV or TensorBoard version) under :data:`LOGGERS_KEY`, so that a resumed job logs into the same
+runs (see ``Logger.run_identity``). Anything else with ``state_dict()`` and
 ``load_state_dict()`` (a stateful data loader, say) is saved and restored by putting it in ``state``.
 """
 
@@ -38,7 +40,7 @@ from fabric_core.utilities.rank_zero import rank_zero_warn
 if TYPE_CHECKING:
     from fabric_core.fabric import Fabric
 
-__all__ = ["MARKER", "RNG_KEY", "STATE", "RunCheckpoints"]
+__all__ = ["LOGGERS_KEY", "MARKER", "RNG_KEY", "STATE", "RunCheckpoints"]
 
 #: The commit marker inside each checkpoint folder, written last.
 MARKER: Final = "COMMITTED"
@@ -46,6 +48,8 @@ MARKER: Final = "COMMITTED"
 STATE: Final = "state"
 #: The entry of the saved state that holds every rank's RNG states (reserved: ``state`` must not use it).
 RNG_KEY: Final = "rng_states"
+#: The entry of the saved state that holds the loggers' run identities (reserved like :data:`RNG_KEY`).
+LOGGERS_KEY: Final = "loggers"
 _FORMAT: Final = 1
 _NAME: Final = re.compile(r"step-(\d+)")
 # The temp names of `temp_path_for(<dir>/step-N)`: ".step-N.<host>-<pid>-<random>.tmp" (or ".old").
@@ -134,10 +138,11 @@ class RunCheckpoints:
             return None
         path, step = Path(choice[0]), choice[1]
         merged: dict[str, Any] = {**state, RNG_KEY: None}
-        self._fabric.load(path / STATE, merged, strict=strict)
+        remainder = self._fabric.load(path / STATE, merged, strict=strict)
         for key in state:
             state[key] = merged[key]
         self._restore_rng(merged[RNG_KEY], path)
+        self._reattach_loggers(remainder.get(LOGGERS_KEY))
         return step
 
     def _choose(self) -> tuple[str, int] | None:
@@ -191,6 +196,34 @@ class RunCheckpoints:
             return
         _rng_states.restore({key: value[fabric.global_rank] for key, value in rows.items()}, fabric.device)
 
+    def _reattach_loggers(self, saved: Any) -> None:
+        """Point each logger at the run it had when the checkpoint was saved (a checkpoint may predate this)."""
+        loggers = self._fabric.loggers
+        if not isinstance(saved, list):
+            return
+        if len(saved) != len(loggers):
+            rank_zero_warn(
+                f"The run checkpoint names the runs of {len(saved)} loggers but this Fabric has {len(loggers)}; "
+                "none was reattached, each starts a new run."
+            )
+            return
+        for logger, entry in zip(loggers, saved, strict=True):
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("identity"), Mapping):
+                continue
+            if entry.get("logger") != type(logger).__name__:
+                rank_zero_warn(
+                    f"The run checkpoint holds the run of a {entry.get('logger')} where this Fabric has a "
+                    f"{type(logger).__name__}; that logger starts a new run."
+                )
+                continue
+            logger.reattach(entry["identity"])
+
+    def _logger_identities(self) -> list[dict[str, Any]]:
+        # Every rank asks (a logger may flush or create its run); rank 0's answer is what every rank saves.
+        fabric = self._fabric
+        found = [{"logger": type(logger).__name__, "identity": logger.run_identity()} for logger in fabric.loggers]
+        return found if fabric.world_size == 1 else fabric.strategy.broadcast(found, src=0)
+
     # -- writing -------------------------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any]) -> Path:
         """Save ``state`` as the checkpoint of ``step`` (replacing one of the same step); then act on preemption.
@@ -234,12 +267,13 @@ class RunCheckpoints:
         self._flag.restore()
 
     def _save(self, step: int, state: dict[str, Any]) -> Path:
-        if RNG_KEY in state:
-            raise InvalidConfigError(
-                f"`state` has the key {RNG_KEY!r}, which run checkpoints keep for the RNG states. Rename that entry.",
-                argument="state",
-                value=RNG_KEY,
-            )
+        for reserved, what in ((RNG_KEY, "the RNG states"), (LOGGERS_KEY, "the loggers' runs")):
+            if reserved in state:
+                raise InvalidConfigError(
+                    f"`state` has the key {reserved!r}, which run checkpoints keep for {what}. Rename that entry.",
+                    argument="state",
+                    value=reserved,
+                )
         fabric = self._fabric
         rows = fabric.all_gather(_rng_states.capture(fabric.device))
         if fabric.world_size == 1:
@@ -255,7 +289,7 @@ class RunCheckpoints:
             temp = os.fspath(temp_path_for(target))
             os.mkdir(temp)
         temp = fabric.strategy.broadcast(temp, src=0)
-        fabric.save(Path(temp) / STATE, {**state, RNG_KEY: rows})
+        fabric.save(Path(temp) / STATE, {**state, RNG_KEY: rows, LOGGERS_KEY: self._logger_identities()})
         error = None
         if fabric.is_global_zero:
             error = self._commit(Path(temp), target, step)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Final
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import atomic_write
-from fabric_core.loggers.logger import Logger
+from fabric_core.loggers.logger import Logger, warn_not_reattached
 from fabric_core.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 __all__ = ["CSVLogger"]
@@ -44,6 +44,10 @@ class CSVLogger(Logger):
     Rows are buffered and appended every ``flush_logs_every_n_steps`` steps, on :meth:`save` and in
     :meth:`finalize`. The header is the sorted union of every metric name seen and ``step``; when a new name
     appears the file is rewritten (atomically) with the wider header. Only global rank 0 writes.
+
+    A job resumed from a run checkpoint (:class:`fabric_core.RunCheckpoints`) continues the same version: the
+    rows logged up to the checkpoint are kept, those logged after it (the interrupted part, which the resumed
+    job logs again) are dropped, and new rows are appended under the same header.
 
     Args:
         root_dir: Folder holding every experiment.
@@ -88,6 +92,7 @@ class CSVLogger(Logger):
         self._columns: list[str] = []  # the header of the file on disk
         self._rows_logged = 0
         self._started = False
+        self._keep_rows: int | None = None  # resuming: how many rows of the existing file to keep
 
     @property
     def name(self) -> str:
@@ -179,12 +184,33 @@ class CSVLogger(Logger):
         """
         self.save()
 
+    def run_identity(self) -> dict[str, Any]:
+        """The version and the number of rows logged; the buffered rows are written first."""
+        self.save()
+        return {"version": self.version, "rows": self._rows_logged}
+
+    def reattach(self, identity: Mapping[str, Any]) -> None:
+        """Continue the version of ``identity``, keeping its first ``rows`` rows (see :meth:`run_identity`)."""
+        version, rows = identity.get("version"), identity.get("rows")
+        if not isinstance(version, (int, str)) or not isinstance(rows, int):
+            rank_zero_warn(f"CSVLogger: the run checkpoint's identity {dict(identity)!r} is not one; not reattached.")
+            return
+        if self._started:
+            warn_not_reattached(self, self.version, version)
+            return
+        self._version, self._rows_logged, self._keep_rows = version, rows, rows
+        if rank_zero_only.rank == 0 and Path(self.metrics_file_path).exists():
+            self._start()  # drop the rows logged after the checkpoint now, even if nothing is logged again
+
     def _prefixed(self, key: str) -> str:
         return f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}" if self._prefix else key
 
     def _start(self) -> None:
         # Deferred to the first write so that ranks other than 0, and runs that log nothing, touch no files.
         if self._started:
+            return
+        if self._keep_rows is not None:
+            self._continue()
             return
         log_dir = Path(self.log_dir)
         # The profiler callback's traces (its `profiler` folder) may be written before the first metrics.
@@ -197,18 +223,38 @@ class CSVLogger(Logger):
         Path(log_dir, METRICS_FILE).unlink(missing_ok=True)
         self._started = True
 
+    def _continue(self) -> None:
+        """Resume the file of a reattached version: its header, and its first ``_keep_rows`` rows."""
+        path = Path(self.metrics_file_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._started = True
+        if not path.exists():
+            return
+        with open(path, newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            kept = list(reader)
+            columns = list(reader.fieldnames or [])
+        assert self._keep_rows is not None
+        if len(kept) > self._keep_rows:
+            _write(path, columns, kept[: self._keep_rows])
+        self._columns = columns
+
     def _rewrite(self, path: Path, columns: list[str]) -> None:
         old_rows: list[dict[str, str]] = []
         if path.exists():
             with open(path, newline="", encoding="utf-8") as file:
                 old_rows = list(csv.DictReader(file))
-        with atomic_write(path) as raw:
-            file = io.TextIOWrapper(raw, newline="", encoding="utf-8")
-            writer = csv.DictWriter(file, fieldnames=columns, restval="")
-            writer.writeheader()
-            writer.writerows(old_rows)
-            writer.writerows(self._rows)
-            # Flush the text layer and let go of the raw file: atomic_write fsyncs, closes and renames it.
-            file.flush()
-            file.detach()
+        _write(path, columns, [*old_rows, *self._rows])
         self._columns = columns
+
+
+def _write(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    """Replace ``path`` atomically with a header of ``columns`` and ``rows``."""
+    with atomic_write(path) as raw:
+        file = io.TextIOWrapper(raw, newline="", encoding="utf-8")
+        writer = csv.DictWriter(file, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+        # Flush the text layer and let go of the raw file: atomic_write fsyncs, closes and renames it.
+        file.flush()
+        file.detach()

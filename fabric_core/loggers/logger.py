@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Logger", "rank_zero_experiment"]
+__all__ = ["Logger", "rank_zero_experiment", "warn_not_reattached"]
 
 
 class Logger(ABC):
@@ -59,6 +59,24 @@ class Logger(ABC):
         """Flush and close at the end of the run (``status`` is e.g. ``"success"``)."""
         self.save()
 
+    # -- resuming (optional) ---------------------------------------------------------------------------------
+    def run_identity(self) -> dict[str, Any] | None:
+        """What names this logger's run, so that a resumed job can continue it; ``None``: nothing to continue.
+
+        Called on every rank when a run checkpoint is saved (:class:`fabric_core.RunCheckpoints`); the value of
+        global rank 0 is stored in the checkpoint, so it must be plain data (str, int, float, bool, lists and
+        dicts of those). A logger that creates its run lazily creates it here, and one that buffers flushes
+        here: what was logged before the checkpoint is then on disk.
+        """
+        return None
+
+    def reattach(self, identity: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Continue the run ``identity`` names (a value of :meth:`run_identity`) instead of starting a new one.
+
+        Called on every rank by ``RunCheckpoints.resume``, which must come before the first log: a logger whose
+        run already started keeps it and warns (:func:`warn_not_reattached`).
+        """
+
 
 def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Decorate a logger's ``experiment`` so that ranks other than 0 get a stand-in that does nothing.
@@ -93,3 +111,15 @@ class _DummyExperiment:
 
     def __setitem__(self, index: Any, value: Any) -> None:
         pass
+
+
+def warn_not_reattached(logger: Logger, current: Any, saved: Any) -> None:
+    """Warn (rank 0) that ``logger`` already started ``current`` and so did not switch to the saved ``saved``."""
+    from fabric_core.utilities.rank_zero import rank_zero_warn
+
+    if current == saved:
+        return
+    rank_zero_warn(
+        f"{type(logger).__name__} already started {current!r} before the run checkpoint was resumed, so it keeps "
+        f"logging there instead of continuing {saved!r}. Call `RunCheckpoints.resume(...)` before the first log."
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.loggers.logger import Logger, rank_zero_experiment
+from fabric_core.loggers.logger import Logger, rank_zero_experiment, warn_not_reattached
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["MLFlowLogger"]
@@ -34,6 +34,11 @@ class MLFlowLogger(Logger):
     Only global rank 0 talks to MLflow: on other ranks every method returns without doing anything and
     :attr:`experiment` is a do-nothing object, so an N-process job creates exactly one run. The run is
     created on first use (the first metric, parameter, tag or artifact).
+
+    A job resumed from a run checkpoint (:class:`fabric_core.RunCheckpoints`) continues the same run: its
+    status goes back to ``RUNNING`` and new metrics are appended to the history. Metrics the interrupted job
+    logged after its last checkpoint stay in the history, next to the ones the resumed job logs again at
+    the same steps (MLflow keeps every value).
 
     The tracking store is ``tracking_uri`` if given, else ``MLFLOW_TRACKING_URI``, else a local SQLite store
     ``root_dir/mlflow.db`` with artifacts in ``root_dir/mlartifacts`` (works offline; ``mlflow ui
@@ -229,6 +234,21 @@ class MLFlowLogger(Logger):
         state["_client"] = None
         return state
 
+    def run_identity(self) -> dict[str, Any] | None:
+        """The run id on rank 0 (the run is created if it was not yet); ``None`` on other ranks."""
+        run_id = self.run_id
+        return None if run_id is None else {"run_id": run_id}
+
+    def reattach(self, identity: Mapping[str, Any]) -> None:
+        """Log into the run of ``identity`` (its status back to ``RUNNING``) instead of creating one."""
+        run_id = identity.get("run_id")
+        if not isinstance(run_id, str):
+            return
+        if self._client is not None:
+            warn_not_reattached(self, self._run_id, run_id)
+            return
+        self._run_id = run_id
+
     # -- the run -----------------------------------------------------------------------------------------
     def _local_store_uri(self) -> str:
         return f"sqlite:///{os.path.join(_expand(self._root_dir), 'mlflow.db')}"
@@ -244,6 +264,8 @@ class MLFlowLogger(Logger):
         if self._run_id is not None:
             run = client.get_run(self._run_id)
             self._experiment_id = run.info.experiment_id
+            if run.info.status != "RUNNING":  # a finished (or killed) run that is continued
+                client.update_run(self._run_id, status="RUNNING")
         else:
             self._experiment_id = self._experiment(client)
             tags = dict(self._tags)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.loggers.logger import Logger
+from fabric_core.loggers.logger import Logger, warn_not_reattached
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["TensorBoardLogger"]
@@ -68,6 +68,10 @@ class TensorBoardLogger(Logger):
     Files go to ``root_dir/name/version_N[/sub_dir]``. Only global rank 0 writes; on other ranks every
     method returns without doing anything and :attr:`experiment` is a do-nothing object.
 
+    A job resumed from a run checkpoint (:class:`fabric_core.RunCheckpoints`) continues the same version in a
+    new event file, written with ``purge_step`` set to the step after the last one logged before the
+    checkpoint: TensorBoard hides what the interrupted run logged after it, which the resumed job logs again.
+
     Args:
         root_dir: Folder holding every experiment; kept as given in :attr:`root_dir`, with ``~`` and environment
             variables expanded where files are written.
@@ -108,6 +112,7 @@ class TensorBoardLogger(Logger):
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._writer_kwargs = writer_kwargs
         self._experiment: Any = None
+        self._next_step = 0  # one past the highest step logged: where a resumed job's events take over
 
     @property
     def name(self) -> str:
@@ -154,6 +159,27 @@ class TensorBoardLogger(Logger):
     def _create_writer(self) -> Any:
         return self._writer_class(self.log_dir, **self._writer_kwargs)
 
+    def run_identity(self) -> dict[str, Any]:
+        """The version, and one past the highest step logged; the buffered events are written first."""
+        self.save()
+        return {"version": self.version, "purge_step": self._next_step}
+
+    def reattach(self, identity: Mapping[str, Any]) -> None:
+        """Continue the version of ``identity``; events it logged at ``purge_step`` or later are hidden."""
+        version, purge_step = identity.get("version"), identity.get("purge_step")
+        if not isinstance(version, (int, str)) or not isinstance(purge_step, int):
+            warnings.warn(
+                f"TensorBoardLogger: the run checkpoint's identity {dict(identity)!r} is not one; not reattached.",
+                FabricCoreWarning,
+                stacklevel=2,
+            )
+            return
+        if self._experiment is not None:
+            warn_not_reattached(self, self.version, version)
+            return
+        self._version, self._next_step = version, purge_step
+        self._writer_kwargs["purge_step"] = purge_step
+
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Write each metric as a scalar at ``step``; a dict value becomes a group of scalars.
@@ -172,6 +198,8 @@ class TensorBoardLogger(Logger):
                 scalars[name] = {str(k): _to_scalar(f"{key}/{k}", v) for k, v in value.items()}
             else:
                 scalars[name] = _to_scalar(key, value)
+        if step is not None and step >= self._next_step:
+            self._next_step = step + 1
         for name, value in scalars.items():
             if isinstance(value, dict):
                 self.experiment.add_scalars(name, value, step)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.loggers.logger import Logger, rank_zero_experiment
+from fabric_core.loggers.logger import Logger, rank_zero_experiment, warn_not_reattached
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["WandbLogger"]
@@ -28,6 +28,10 @@ class WandbLogger(Logger):
     without doing anything and :attr:`experiment` is a do-nothing object, so a job on N processes makes
     exactly one run. ``offline=True`` (or ``WANDB_MODE=offline``) writes the run under ``save_dir/wandb``
     without network; ``wandb sync`` uploads it later.
+
+    A job resumed from a run checkpoint (:class:`fabric_core.RunCheckpoints`) continues the same run
+    (``id=`` and ``resume="allow"``); offline, W&B writes a new run folder with the same id, and ``wandb
+    sync`` of both folders makes one run.
 
     Args:
         project: The W&B project (``WANDB_PROJECT`` or W&B's default when ``None``).
@@ -183,6 +187,21 @@ class WandbLogger(Logger):
             state["_id"] = self._experiment.id
         state["_experiment"] = None
         return state
+
+    def run_identity(self) -> dict[str, Any] | None:
+        """The run id on rank 0 (the run starts if it was not yet); ``None`` on other ranks."""
+        run_id = self.version
+        return None if run_id is None else {"id": run_id}
+
+    def reattach(self, identity: Mapping[str, Any]) -> None:
+        """Continue the run of ``identity`` (``id=`` with ``resume="allow"``) instead of starting one."""
+        run_id = identity.get("id")
+        if not isinstance(run_id, str):
+            return
+        if self._experiment is not None:
+            warn_not_reattached(self, str(self._experiment.id), run_id)
+            return
+        self._id = run_id
 
     def _start(self) -> Any:
         import wandb

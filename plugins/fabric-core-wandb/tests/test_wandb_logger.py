@@ -263,3 +263,24 @@ def test_registration_imports_neither_torch_nor_wandb() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_preempted_job_resumes_the_same_run(tmp_path: Path) -> None:
+    """Preempted at step 4 (a checkpoint there), resumed: W&B writes a second offline folder for the same run id."""
+    job = [sys.executable, "-m", "fabric_core.testing.resumable_job", str(tmp_path / "run"), "wandb"]
+    job += [json.dumps({"project": "p", "save_dir": str(tmp_path)}), "--steps", "7", "--every", "100"]
+    first = run_in_own_session([*job, "--term-at", "4"], timeout=100)
+    assert first.returncode == 143 and "preempted by SIGTERM at step 4" in first.stdout, first.stdout
+    (interrupted,) = run_folders(tmp_path)
+    second = run_in_own_session(job, timeout=100)
+    assert second.returncode == 0 and "starting at step 4" in second.stdout, second.stdout
+
+    folders = run_folders(tmp_path)
+    assert len(folders) == 2 and interrupted in folders
+    before, after = OfflineRun(interrupted), OfflineRun(next(f for f in folders if f != interrupted))
+    assert before.id == after.id and after.project == "p"
+    assert interrupted.name.endswith(f"-{before.id}") and all(f.name.endswith(f"-{before.id}") for f in folders)
+    assert [(row["_step"], row["step_value"]) for row in before.history] == [(s, float(s)) for s in range(4)]
+    assert [(row["_step"], row["step_value"]) for row in after.history] == [(s, float(s)) for s in range(4, 7)]
+    assert after.exit_code == 0
