@@ -46,7 +46,8 @@ def snapshot_to_host(checkpoint: Any) -> Any:
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         if key not in copies:
-            copies[key] = storage.clone() if tensor.device.type == "cpu" else storage.cpu()
+            raw = torch.empty((0,), dtype=torch.uint8, device=tensor.device).set_(storage)
+            copies[key] = raw.to("cpu", copy=True).untyped_storage()
         result = torch.empty((0,), dtype=tensor.dtype).set_(
             copies[key], tensor.storage_offset(), tensor.size(), tensor.stride()
         )
@@ -95,19 +96,15 @@ class _Write:
             return False
 
 
-_live: weakref.WeakSet[AsyncCheckpointIO] = weakref.WeakSet()
-
-
-def _wait_all_at_exit() -> None:
-    # Exceptions in atexit handlers do not change the exit code; the message at least is not lost.
-    for io in list(_live):
-        try:
-            io.wait()
-        except BaseException as err:
-            print(f"fabric-core: {err}", file=sys.stderr, flush=True)
-
-
-atexit.register(_wait_all_at_exit)
+def _wait_at_exit(ref: weakref.ref[AsyncCheckpointIO]) -> None:
+    io = ref()
+    if io is None:
+        return
+    try:
+        io.wait()
+    except BaseException as err:
+        # An exception in an atexit handler does not change the exit code; the message at least is not lost.
+        print(f"fabric-core: {err}", file=sys.stderr, flush=True)
 
 
 class AsyncCheckpointIO(CheckpointIO):
@@ -139,7 +136,7 @@ class AsyncCheckpointIO(CheckpointIO):
             )
         self._checkpoint_io = checkpoint_io
         self._pending: _Write | None = None
-        _live.add(self)
+        self._waits_at_exit = False
         if hasattr(os, "register_at_fork"):
             # A forked child has no copy of the parent's thread: the parent finishes its own write.
             ref = weakref.ref(self)
@@ -193,6 +190,11 @@ class AsyncCheckpointIO(CheckpointIO):
             CheckpointError: The previous background write failed.
         """
         self.wait()
+        if not self._waits_at_exit:
+            # Registered at the first write, after the strategy registered its own exit hook (which destroys
+            # the process group): handlers run last-in first-out, so this wait comes before that.
+            atexit.register(_wait_at_exit, weakref.ref(self))
+            self._waits_at_exit = True
         write = _Write(os.fspath(path), work)
         self._pending = write
         write.thread.start()
