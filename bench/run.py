@@ -38,6 +38,7 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ddp": ("rows_ddp", ("ddp_steps", "all_reduce_1", "all_gather_dict3")),
     "checkpoint": ("rows_checkpoint", ("ckpt_save", "ckpt_load")),
     "observe": ("rows_observe", ("steps_mlp_watched",)),
+    "async": ("rows_async", ("ckpt_async_blocked",)),
 }
 #: Benchmarks that plugin authors keep beside this file (``bench_<name>.py``), run when present.
 EXTERNAL: tuple[str, ...] = ("fsdp", "deepspeed")
