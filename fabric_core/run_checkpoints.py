@@ -17,6 +17,11 @@ The folder is filled under a hidden temp name and renamed into place in one step
 marker is never chosen and never pruned. The saved state holds, next to the user's entries, every rank's
 RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`. Anything else with ``state_dict()`` and
 ``load_state_dict()`` (a stateful data loader, say) is saved and restored by putting it in ``state``.
+
+With ``Fabric(plugins=[AsyncCheckpointIO()])`` the state is written in the background, and the commit (the
+marker, the rename into place, pruning) runs in the background too, after the write has finished; until
+then the folder keeps its temp name and is never chosen. :meth:`RunCheckpoints.wait` waits for it, as do the
+next save, :meth:`RunCheckpoints.resume`, the exit on preemption and the interpreter's exit.
 """
 
 from __future__ import annotations
@@ -199,10 +204,12 @@ class RunCheckpoints:
         """Save ``state`` as the checkpoint of ``step`` (replacing one of the same step); then act on preemption.
 
         Returns:
-            The checkpoint folder.
+            The checkpoint folder (with an async checkpoint I/O, committed there once the background write
+            has finished: see :meth:`wait`).
 
         Raises:
-            CheckpointError: The marker or the rename failed (the previous checkpoints are untouched).
+            CheckpointError: The marker or the rename failed (the previous checkpoints are untouched); with an
+                async checkpoint I/O, also the previous checkpoint's background write or commit.
         """
         _check_step(step)
         _check_state(state, "save")
