@@ -1,8 +1,10 @@
 """Background sharded saves (``AsyncCheckpointIO`` + FSDP) and loads on another number of processes.
 
 Usage:
-    python fsdp_async_job.py save DEVICES DIR   # train 2 steps, save DIR/sharded in the background, step again
-    python fsdp_async_job.py load DEVICES DIR   # load DIR/sharded, compare with DIR/reference.pt
+    python fsdp_async_job.py save DEVICES DIR   # train 2 steps, save DIR/sharded and the run checkpoint
+    #                                           DIR/run/step-2 in the background, step again
+    python fsdp_async_job.py load DEVICES DIR   # load DIR/sharded, then resume DIR/run; compare with
+    #                                           DIR/reference.pt
 
 Each rank writes DIR/<mode>-rank<N>.json. The save job exits without waiting: the exit must.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from _common import Block, batches, half, loss_fn, make_model
 import fabric_core_fsdp._state as fsdp_state
 from fabric_core import Fabric, spec
 from fabric_core.io.async_io import AsyncCheckpointIO
+from fabric_core.run_checkpoints import RunCheckpoints
 
 
 def full_state(model: Any, optimizer: Any) -> dict[str, Any]:
@@ -56,6 +60,8 @@ def save(fabric: Fabric, directory: Path) -> None:
     if fabric.global_rank == 0:
         torch.save(reference, directory / "reference.pt")
     fabric.save(directory / "sharded", {"model": model, "optimizer": optimizer, "step": 2})
+    # A run checkpoint too: its marker is written by rank 0 in the background, after every rank's shards.
+    RunCheckpoints(fabric, directory / "run", signals=()).save(2, {"model": model, "optimizer": optimizer})
     step(*data[2])  # changes the shards in place while the save may still be writing: not in the checkpoint
     changed = not torch.equal(full_state(model, optimizer)["model"][0], reference["model"][0])
     report = {"async_save_calls": calls, "changed_after_save": changed, "world_size": fabric.world_size}
@@ -66,15 +72,25 @@ def load(fabric: Fabric, directory: Path) -> None:
     model: Any = fabric.setup_module(make_model(seed=9))
     optimizer: Any = fabric.setup_optimizers(torch.optim.Adam(model.parameters(), lr=0.5))
     state: dict[str, Any] = {"model": model, "optimizer": optimizer, "step": 0}
-    fabric.load(directory / "sharded", state)
     reference = torch.load(directory / "reference.pt", weights_only=True)
-    loaded = full_state(model, optimizer)
-    report = {
-        "world_size": fabric.world_size,
-        "step": state["step"],
-        "lr": optimizer.param_groups[0]["lr"],
-        "equal": {k: all(torch.equal(a, b) for a, b in zip(loaded[k], reference[k], strict=True)) for k in loaded},
-    }
+
+    def equal() -> dict[str, bool]:
+        loaded = full_state(model, optimizer)
+        return {k: all(torch.equal(a, b) for a, b in zip(loaded[k], reference[k], strict=True)) for k in loaded}
+
+    fabric.load(directory / "sharded", state)
+    report = {"world_size": fabric.world_size, "step": state["step"], "lr": optimizer.param_groups[0]["lr"]}
+    report["equal"] = equal()
+    fresh: Any = make_model(seed=5)
+    with torch.no_grad():  # scrambled again, so that the resume below has to restore every value
+        for p, q in zip(model.parameters(), fresh.parameters(), strict=True):
+            p.copy_(torch.distributed.tensor.distribute_tensor(q, p.device_mesh, p.placements))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # resumed by another number of processes: the RNG states are not
+        report["resumed_step"] = RunCheckpoints(fabric, directory / "run", signals=()).resume(
+            {"model": model, "optimizer": optimizer}
+        )
+    report["resumed_equal"] = equal()
     (directory / f"load-rank{fabric.global_rank}.json").write_text(json.dumps(report))
 
 
