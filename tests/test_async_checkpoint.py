@@ -200,3 +200,17 @@ def test_kill_during_the_background_write_keeps_the_previous_checkpoint(tmp_path
     assert names == ["step-00000001", "step-00000003"]  # committed, and the killed save's temp swept
     assert read_marker(run / "step-00000003") is not None
     assert not any(p.name.startswith(".plain.pt") for p in tmp_path.iterdir())
+
+
+def test_a_copy_sent_to_a_spawned_process_has_no_write_in_flight(tmp_path: Path) -> None:
+    import pickle
+
+    inner = TorchCheckpointIO()
+    io = AsyncCheckpointIO(inner)
+    io.save_checkpoint({"x": torch.ones(2)}, tmp_path / "x.pt")
+    copy = pickle.loads(pickle.dumps(io))  # a pending write holds a thread and a lock: not picklable
+    io.wait()
+    assert not copy.pending and isinstance(copy.checkpoint_io, TorchCheckpointIO)
+    copy.save_checkpoint({"x": torch.zeros(2)}, tmp_path / "y.pt")
+    copy.wait()
+    assert torch.load(tmp_path / "y.pt")["x"].eq(0).all()

@@ -209,6 +209,12 @@ class AsyncCheckpointIO(CheckpointIO):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(checkpoint_io={self.checkpoint_io!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to a spawned process (with its strategy) starts with no write of its own in flight.
+        state = self.__dict__.copy()
+        state.update(_pending=None, _waits_at_exit=False, _buffers=[])
+        return state
+
     @property
     def checkpoint_io(self) -> CheckpointIO:
         """The checkpoint I/O that writes and reads the files."""
