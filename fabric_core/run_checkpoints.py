@@ -19,10 +19,16 @@ RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`, and what names ea
 W&B run id, a CSV or TensorBoard version) under :data:`LOGGERS_KEY`, so that a resumed job logs into the same
 runs (see ``Logger.run_identity``). Anything else with ``state_dict()`` and
 ``load_state_dict()`` (a stateful data loader, say) is saved and restored by putting it in ``state``.
+
+With ``Fabric(plugins=[AsyncCheckpointIO()])`` the state is written in the background, and the commit (the
+marker, the rename into place, pruning) runs in the background too, after the write has finished; until
+then the folder keeps its temp name and is never chosen. :meth:`RunCheckpoints.wait` waits for it, as do the
+next save, :meth:`RunCheckpoints.resume`, the exit on preemption and the interpreter's exit.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from fabric_core import _preemption, _rng_states
 from fabric_core.errors import ArgumentTypeError, CheckpointError, InvalidConfigError
+from fabric_core.io.async_io import AsyncCheckpointIO
 from fabric_core.io.atomic import atomic_write, remove_stale_temps, replace_path, temp_path_for
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
@@ -125,6 +132,7 @@ class RunCheckpoints:
             CheckpointError: With ``verify=True``, every complete checkpoint failed its digest check.
         """
         _check_state(state, "resume")
+        self.wait()  # a checkpoint this process is still writing is chosen only once committed
         choice: tuple[str, int] | str | None = None
         if self._fabric.is_global_zero:
             try:
@@ -229,10 +237,12 @@ class RunCheckpoints:
         """Save ``state`` as the checkpoint of ``step`` (replacing one of the same step); then act on preemption.
 
         Returns:
-            The checkpoint folder.
+            The checkpoint folder (with an async checkpoint I/O, committed there once the background write
+            has finished: see :meth:`wait`).
 
         Raises:
-            CheckpointError: The marker or the rename failed (the previous checkpoints are untouched).
+            CheckpointError: The marker or the rename failed (the previous checkpoints are untouched); with an
+                async checkpoint I/O, also the previous checkpoint's background write or commit.
         """
         _check_step(step)
         _check_state(state, "save")
@@ -275,6 +285,10 @@ class RunCheckpoints:
                     value=reserved,
                 )
         fabric = self._fabric
+        background = _background_io(fabric)
+        if background is not None:
+            # The previous checkpoint is committed (or its failure raised) before this one starts.
+            background.wait()
         rows = fabric.all_gather(_rng_states.capture(fabric.device))
         if fabric.world_size == 1:
             rows = {key: value.unsqueeze(0) for key, value in rows.items()}
@@ -290,6 +304,13 @@ class RunCheckpoints:
             os.mkdir(temp)
         temp = fabric.strategy.broadcast(temp, src=0)
         fabric.save(Path(temp) / STATE, {**state, RNG_KEY: rows, LOGGERS_KEY: self._logger_identities()})
+        if background is not None:
+            # The state is still being written: the marker goes in (and the folder into place) only after
+            # the write has finished, in the background; its failure surfaces at the next call.
+            if fabric.is_global_zero:
+                background.then(functools.partial(self._commit_or_raise, Path(temp), target, step))
+            self._saved_step = step
+            return target
         error = None
         if fabric.is_global_zero:
             error = self._commit(Path(temp), target, step)
@@ -316,6 +337,25 @@ class RunCheckpoints:
             return f"Could not commit the checkpoint of step {step} at {os.fspath(target)!r}: {err}"
         self._prune(target)
         return None
+
+    def _commit_or_raise(self, temp: Path, target: Path, step: int) -> None:
+        error = self._commit(temp, target, step)
+        if error is not None:
+            raise CheckpointError(error, path=os.fspath(target))
+
+    def wait(self) -> None:
+        """Block until a checkpoint being written in the background is committed (a no-op without one).
+
+        With an :class:`~fabric_core.io.async_io.AsyncCheckpointIO`, :meth:`save` returns before the state is
+        on disk; the checkpoint's marker is written, and its folder put in place, once it is. The next save,
+        :meth:`resume` and the exit wait for it too.
+
+        Raises:
+            CheckpointError: The background write or the commit failed (the previous checkpoints are untouched).
+        """
+        background = _background_io(self._fabric)
+        if background is not None:
+            background.wait()
 
     def _prune(self, just_written: Path) -> None:
         if self.keep_last is None:
@@ -368,6 +408,7 @@ class RunCheckpoints:
         requeue_on = _preemption.requeue_signal(self._environment)
         signum = requeue_on if requeue_on in received else next(n for n in received if n)
         path = self.directory / f"step-{step:08d}" if self._saved_step == step else self._save(step, state)
+        self.wait()  # committed before the job says so and exits
         requeued = False
         if signum == requeue_on:
             requeued = _preemption.requeue(self._environment.job_id()) if fabric.is_global_zero else True
@@ -380,6 +421,11 @@ class RunCheckpoints:
             flush=True,
         )
         raise SystemExit(code)
+
+
+def _background_io(fabric: Fabric) -> AsyncCheckpointIO | None:
+    io = fabric.strategy.checkpoint_io
+    return io if isinstance(io, AsyncCheckpointIO) else None
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ ENVIRONMENTS: Final = {
     "KubeflowEnvironment": f"{_E}.kubeflow",
 }
 IO: Final = {
+    "AsyncCheckpointIO": "fabric_core.io.async_io",
     "CheckpointIO": "fabric_core.io.checkpoint_io",
     "TorchCheckpointIO": "fabric_core.io.torch_io",
 }

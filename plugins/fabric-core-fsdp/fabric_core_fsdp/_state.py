@@ -7,7 +7,10 @@ Every function here is collective: all ranks call it with the same ``state``.
 from __future__ import annotations
 
 import os
+import shutil
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +23,20 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
-from fabric_core.io.atomic import existing_committed_path, write_folder_collectively
+from fabric_core.io.async_io import AsyncCheckpointIO, snapshot_to_host, wait_for_saves
+from fabric_core.io.atomic import (
+    existing_committed_path,
+    remove_stale_temps,
+    replace_path,
+    temp_path_for,
+    write_folder_collectively,
+)
 from fabric_core.io.distributed import (
     META_FILE,
     SafeFileSystemReader,
@@ -99,13 +110,73 @@ def save_sharded(strategy: ParallelStrategy, path: str | os.PathLike[str], state
     tensors: dict[str, Any] = {key: get_model_state_dict(module) for key, module in modules.items()}
     for key, optimizer in optimizers.items():
         tensors[key] = get_optimizer_state_dict(owner(optimizer, modules.values(), key), optimizer)
+    io = strategy.checkpoint_io
+    if isinstance(io, AsyncCheckpointIO):
+        io.wait()  # on every rank: a failed previous save raises before this one starts
+        if strategy.num_nodes == 1:
+            _save_sharded_in_background(strategy, io, path, tensors, _plain(extras))
+            return
+        # Nodes may each have their own disk: the collective replace of `write_folder_collectively` is needed.
+        io = io.checkpoint_io
 
     def write(temp: Path) -> None:
         dcp_save(tensors, checkpoint_id=temp)
         if strategy.is_global_zero:
-            strategy.checkpoint_io.save_checkpoint(_plain(extras), temp / META_FILE)
+            io.save_checkpoint(_plain(extras), temp / META_FILE)
 
     write_folder_collectively(strategy, path, write, "fsdp")
+
+
+# One gloo group per strategy for background saves: collectives of the training loop on the default group
+# must never interleave with the save's, which run in another thread.
+_background_groups: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _background_group(strategy: ParallelStrategy) -> Any:
+    group = _background_groups.get(strategy)
+    if group is None:
+        group = dist.new_group(backend="gloo")  # collective: every rank is in this save
+        _background_groups[strategy] = group
+    return group
+
+
+def _save_sharded_in_background(
+    strategy: ParallelStrategy,
+    io: AsyncCheckpointIO,
+    path: str | os.PathLike[str],
+    tensors: dict[str, Any],
+    extras: dict[str, Any],
+) -> None:
+    """``torch.distributed.checkpoint.async_save`` into a temp folder that rank 0 puts in place when done.
+
+    ``async_save`` copies every rank's shards to CPU memory before it returns; its background thread writes
+    them, on a gloo group of its own. Rank 0's write ends only after every rank's shards are written (DCP's
+    last step gathers their results), so rank 0 then writes ``meta.pt`` and renames the folder into place,
+    still in the background: a process killed before leaves the previous checkpoint at ``path``.
+    """
+    target = Path(path)
+    mine = ""
+    if strategy.is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(target)
+        mine = os.fspath(temp_path_for(target))
+    temp = Path(strategy.broadcast(mine, src=0))
+    meta = snapshot_to_host(extras) if strategy.is_global_zero else None
+    response: Any = dcp_async_save(tensors, checkpoint_id=temp, process_group=_background_group(strategy))
+    upload: Future[Any] = getattr(response, "upload_completion", response)
+    inner, first = io.checkpoint_io, strategy.is_global_zero
+
+    def finish() -> None:
+        try:
+            upload.result()
+            if first:
+                inner.save_checkpoint(meta or {}, temp / META_FILE)
+                replace_path(temp, target)
+        finally:
+            if first and os.path.lexists(temp):
+                shutil.rmtree(temp, ignore_errors=True)
+
+    io.submit(target, finish)
 
 
 def save_full(
@@ -151,6 +222,7 @@ def load(
         CheckpointError: A file of the checkpoint is missing, truncated or damaged, or holds objects that
             ``weights_only`` refused.
     """
+    wait_for_saves(strategy.checkpoint_io)  # a checkpoint still being written is read once it is complete
     target = existing_committed_path(path)  # for a moment the previous one's `.old` name (see `replace_path`)
     if target is None:
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
