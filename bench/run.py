@@ -39,6 +39,7 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "checkpoint": ("rows_checkpoint", ("ckpt_save", "ckpt_save_nosync", "ckpt_load")),
     "observe": ("rows_observe", ("steps_mlp_watched",)),
     "recovery": ("rows_recovery", ("recovery",)),
+    "data": ("rows_data", ("steps_data_position",)),
 }
 #: Benchmarks that plugin authors keep beside this file (``bench_<name>.py``), run when present.
 EXTERNAL: tuple[str, ...] = ("fsdp", "deepspeed")
