@@ -270,3 +270,30 @@ def test_a_bad_state_names_what_is_wrong() -> None:
     with pytest.raises(InvalidConfigError, match="batches_yielded") as info:
         loader.load_state_dict({"epoch": 1})
     assert isinstance(info.value, KeyError | ValueError)
+
+
+@pytest.mark.parametrize("generator", [False, True], ids=["global_rng", "own_generator"])
+def test_persistent_workers_resume_the_same_order_mid_epoch(generator: bool) -> None:
+    # With persistent workers an uninterrupted run reuses its worker iterator from the second epoch on
+    # (drawing no new worker seed), while the resumed loader must create a new one.
+    dataset = torch.utils.data.TensorDataset(torch.arange(20))
+
+    def make() -> FabricDataLoader:
+        gen = torch.Generator().manual_seed(3) if generator else None
+        loader = DataLoader(dataset, batch_size=3, shuffle=True, num_workers=1, persistent_workers=True, generator=gen)
+        return FabricDataLoader(loader)
+
+    torch.manual_seed(0)
+    loader = make()
+    list(loader)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    state, rng = loader.state_dict(), torch.get_rng_state()
+    rest = [b[0].tolist() for b in iterator]
+    following = [b[0].tolist() for b in loader]
+    torch.manual_seed(5)
+    again = make()
+    again.load_state_dict(state)
+    torch.set_rng_state(rng)
+    assert [b[0].tolist() for b in again] == rest
+    assert [b[0].tolist() for b in again] == following

@@ -24,7 +24,15 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from fabric_core.utilities.data import sized_len as sized_length
 
-__all__ = ["EpochStart", "SkipFirst", "epoch_generators", "install_skipper", "sampler_state", "sized_length"]
+__all__ = [
+    "EpochStart",
+    "SkipFirst",
+    "epoch_generators",
+    "install_skipper",
+    "reuses_workers",
+    "sampler_state",
+    "sized_length",
+]
 
 _NO_ITEM = object()
 
@@ -32,8 +40,10 @@ _NO_ITEM = object()
 class SkipFirst:
     """An index sampler that, on its next pass only, drops its first :attr:`skip` items without yielding them.
 
-    After the first item it keeps (or at the end of the pass) it calls :attr:`on_drawn`, once: the draws
-    that decide the epoch's order have happened by then. Everything else is read from the wrapped sampler.
+    Before that pass draws anything it calls :attr:`replay` (which puts back the generator states the
+    epoch's order is drawn from and returns the call that undoes it), and after the first item it keeps (or
+    at the end of the pass) it calls what ``replay`` returned: the draws that decide the order are done by
+    then. Everything else is read from the wrapped sampler.
 
     Args:
         inner: The index sampler to wrap (a batch sampler or a sampler).
@@ -42,7 +52,7 @@ class SkipFirst:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.skip = 0
-        self.on_drawn: Callable[[], None] | None = None
+        self.replay: Callable[[], Callable[[], None]] | None = None
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this object lacks: ``sampler``, ``batch_size``, ``drop_last``, ``set_epoch``...
@@ -54,14 +64,15 @@ class SkipFirst:
         return len(self.inner)
 
     def __iter__(self) -> Iterator[Any]:
-        skip, on_drawn = self.skip, self.on_drawn
-        self.skip, self.on_drawn = 0, None
+        skip, replay = self.skip, self.replay
+        self.skip, self.replay = 0, None
+        restore = replay() if replay is not None else None
         iterator = iter(self.inner)
         try:
             first = next(islice(iterator, skip, None), _NO_ITEM)
         finally:
-            if on_drawn is not None:
-                on_drawn()
+            if restore is not None:
+                restore()
         if first is _NO_ITEM:
             return
         yield first
@@ -118,9 +129,14 @@ class EpochStart:
         start.torch, start.generators = data["torch"], list(data["generators"])
         return start
 
-    def replay(self, generators: list[torch.Generator]) -> Callable[[], None]:
-        """Put the epoch-start states back; the returned call sets the global generator back to now."""
-        now = torch.get_rng_state()
+    def replay(self, generators: list[torch.Generator], now: torch.Tensor | None = None) -> Callable[[], None]:
+        """Put the epoch-start states back; the returned call sets the global generator to ``now``.
+
+        Args:
+            generators: The loader's generators, in the order their states were taken.
+            now: The global generator's state to go back to; ``None``: its state at this call.
+        """
+        now = torch.get_rng_state() if now is None else now
         torch.set_rng_state(self.torch)
         for generator, state in zip(generators, self.generators, strict=False):
             generator.set_state(state)
@@ -137,3 +153,8 @@ def sampler_state(samplers: list[Any]) -> dict[str, int] | None:
         if isinstance(sampler, DistributedSampler):
             return {"epoch": int(sampler.epoch), "seed": int(sampler.seed)}
     return None
+
+
+def reuses_workers(dataloader: DataLoader[Any]) -> bool:
+    """Whether the loader keeps one worker iterator across epochs (``persistent_workers`` with workers)."""
+    return bool(getattr(dataloader, "persistent_workers", False)) and int(getattr(dataloader, "num_workers", 0)) > 0

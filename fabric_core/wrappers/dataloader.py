@@ -102,19 +102,29 @@ class FabricDataLoader:
         """An iterator over the rest of the interrupted epoch: its order drawn again, ``skip`` batches dropped."""
         self._yielded = skip
         self._epoch_start = start
-        restore = start.replay(self._generators) if start is not None else None
-        skipper = position.install_skipper(self._dataloader) if skip or restore else None
+        loader = self._dataloader
+        skipper = position.install_skipper(loader) if skip or start is not None else None
         if skipper is not None:
-            skipper.skip, skipper.on_drawn = skip, restore
-            return iter(self._dataloader)
+            generators = self._generators
+            skipper.skip = skip
+            if start is not None and self._num_iter_calls > 1 and position.reuses_workers(loader):
+                # An uninterrupted run reuses its worker iterator here, which draws no worker seed first: the
+                # states go back just before the sampler draws, after the new iterator took its seed.
+                now = torch.get_rng_state()
+                skipper.replay = lambda: start.replay(generators, now)
+            elif start is not None:
+                restore = start.replay(generators)
+                skipper.replay = lambda: restore
+            return iter(loader)
         # No index sampler (an IterableDataset): the skipped batches are loaded and dropped.
-        iterator = iter(self._dataloader)
+        restore_now = start.replay(self._generators) if start is not None else None
+        iterator = iter(loader)
         try:
             for _ in range(skip):
                 next(iterator, None)
         finally:
-            if restore is not None:
-                restore()
+            if restore_now is not None:
+                restore_now()
         return iterator
 
     def state_dict(self) -> dict[str, Any]:
