@@ -297,3 +297,27 @@ def test_persistent_workers_resume_the_same_order_mid_epoch(generator: bool) -> 
     torch.set_rng_state(rng)
     assert [b[0].tolist() for b in again] == rest
     assert [b[0].tolist() for b in again] == following
+
+
+def test_a_stateful_dataloader_is_split_across_ranks_and_resumes_its_share() -> None:
+    stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
+    from fabric_core.utilities import data as data_utils
+
+    original = stateful_dataloader.StatefulDataLoader(Counting(20), batch_size=2, shuffle=True)
+
+    def share(rank: int) -> FabricDataLoader:
+        sampler = data_utils.distributed_sampler_for(original, num_replicas=2, rank=rank, seed=4)
+        return FabricDataLoader(data_utils.replace_sampler(original, sampler))
+
+    # Each process draws the same seeded permutation: the two shares never overlap.
+    assert sorted(i for rank in (0, 1) for batch in _flat(share(rank)) for i in batch) == list(range(20))
+    loader = share(1)
+    list(loader)
+    iterator = iter(loader)
+    next(iterator)
+    state = loader.state_dict()
+    rest, following = _flat(iterator), _flat(loader)
+    again = share(1)
+    again.load_state_dict(state)
+    assert _flat(again) == rest
+    assert _flat(again) == following
