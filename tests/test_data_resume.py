@@ -186,6 +186,9 @@ def test_mid_epoch_state_restores_the_same_permutation_without_loading_skipped_b
     torch.manual_seed(123)  # a new process: another generator state, restored below as a run checkpoint would
     again, dataset = make()
     again.load_state_dict(state)
+    # Saved again before it is iterated (preempted at once after resuming): the same position.
+    assert again.state_dict()["epoch"] == state["epoch"] and again.state_dict()["batches_yielded"] == 2
+    again.load_state_dict(again.state_dict())
     torch.set_rng_state(rng)
     assert _flat(again) == rest
     assert dataset.loads == sum(len(b) for b in rest)

@@ -60,6 +60,8 @@ class FabricDataLoader:
         self._in_epoch = False
         self._epoch_start: position.EpochStart | None = None
         self._resume: tuple[int, position.EpochStart | None] | None = None
+        # Set by ``load_state_dict`` mid-epoch until the next ``iter()`` continues that epoch.
+        self._pending = False
 
     @property
     def device(self) -> torch.device | None:
@@ -79,6 +81,7 @@ class FabricDataLoader:
             sampler.set_epoch(self._num_iter_calls)
         self._num_iter_calls += 1
         self._in_epoch = True
+        self._pending = False
         resume, self._resume = self._resume, None
         if resume is None:
             self._yielded = 0
@@ -129,13 +132,13 @@ class FabricDataLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader is in its data: epoch, batches yielded of it, sampler seed, generator states."""
-        in_epoch = self._in_epoch
+        in_epoch = self._in_epoch or self._pending
         length = position.sized_length(self._dataloader)
         if in_epoch and length is not None and self._yielded >= length:
             in_epoch = False  # every batch was yielded: the next iter() starts a new epoch
         state: dict[str, Any] = {
             "format": _FORMAT,
-            "epoch": self._num_iter_calls,
+            "epoch": self._num_iter_calls + (1 if self._pending else 0),
             "in_epoch": in_epoch,
             "batches_yielded": self._yielded,
             "epoch_start": self._epoch_start.as_dict() if self._epoch_start is not None else None,
@@ -171,6 +174,8 @@ class FabricDataLoader:
         self._in_epoch = False
         self._yielded = int(state_dict["batches_yielded"])
         self._resume = None
+        self._pending = in_epoch
         if in_epoch and not self._delegates:
             start = state_dict["epoch_start"]
-            self._resume = (self._yielded, position.EpochStart.from_dict(start) if start is not None else None)
+            self._epoch_start = position.EpochStart.from_dict(start) if start is not None else None
+            self._resume = (self._yielded, self._epoch_start)
