@@ -40,6 +40,7 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "observe": ("rows_observe", ("steps_mlp_watched",)),
     "recovery": ("rows_recovery", ("recovery",)),
     "async": ("rows_async", ("ckpt_async_blocked",)),
+    "data": ("rows_data", ("steps_data_position",)),
 }
 #: Benchmarks that plugin authors keep beside this file (``bench_<name>.py``), run when present.
 EXTERNAL: tuple[str, ...] = ("fsdp", "deepspeed")

@@ -8,9 +8,11 @@ the run any way you like and start the same command again: it continues where th
     fabric-core run --accelerator cpu --devices 2 --strategy ddp examples/fault_tolerant.py --dir runs/ft2
 
 At the end rank 0 prints ``final digest: <sha256 of the parameters>``, the same for every run of the same
-options and number of processes however often it was interrupted. The data is a pure function of the step and
-the rank, and the augmentation noise is drawn from torch's, numpy's and Python's global generators, which the
-run checkpoints save and restore per rank.
+options and number of processes however often it was interrupted. The batches come from a shuffled
+``DataLoader`` set up by ``fabric.setup_dataloaders`` (split across processes by a ``DistributedSampler``);
+the loader is part of the checkpointed state, so a resumed run continues the epoch with the very batch the
+interrupted one would have drawn next. The augmentation noise is drawn from torch's, numpy's and Python's
+global generators, which the run checkpoints save and restore per rank.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from fabric_core import Fabric, RunCheckpoints
 from fabric_core.utilities import GatheredParameters
@@ -31,15 +34,18 @@ from fabric_core.utilities import GatheredParameters
 SEED = 1234
 
 
-def batch_for(step: int, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch of one process at one step, with noise from the three global generators on top."""
-    # torch's CPU generator keeps only the low 32 bits of a seed: mix the rank in below them.
-    generator = torch.Generator().manual_seed((step * 100_003 + rank) % 2**32)
-    inputs = torch.randn(32, 16, generator=generator)
+def dataset(size: int = 256) -> TensorDataset:
+    """A fixed regression problem: the same samples in every process and every run."""
+    generator = torch.Generator().manual_seed(SEED)
+    inputs = torch.randn(size, 16, generator=generator)
     targets = torch.sin(inputs[:, :8]).sum(1, keepdim=True) - inputs[:, 8:].pow(2).mean(1, keepdim=True)
-    noise = torch.from_numpy(np.random.standard_normal(inputs.shape).astype(np.float32))
-    inputs = inputs + 0.01 * noise * random.random() + 0.01 * torch.randn(inputs.shape)
-    return inputs.to(device), targets.to(device)
+    return TensorDataset(inputs, targets)
+
+
+def augment(inputs: torch.Tensor) -> torch.Tensor:
+    """Noise from the three global generators on top of a batch."""
+    noise = torch.from_numpy(np.random.standard_normal(inputs.shape).astype(np.float32)).to(inputs.device)
+    return inputs + 0.01 * noise * random.random() + 0.01 * torch.randn(inputs.shape).to(inputs.device)
 
 
 def digest(model: nn.Module) -> str:
@@ -67,7 +73,9 @@ def main() -> None:
         model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer = fabric.setup(model, optimizer)
-    state: dict[str, Any] = {"model": model, "optimizer": optimizer}
+    loader = fabric.setup_dataloaders(DataLoader(dataset(), batch_size=16, shuffle=True))
+    # The loader's position (epoch, batches drawn, shuffle seed) is saved and restored with the rest.
+    state: dict[str, Any] = {"model": model, "optimizer": optimizer, "data": loader}
 
     ckpt = RunCheckpoints(fabric, args.dir, every=args.every, keep_last=2)
     step = ckpt.resume(state) or 0
@@ -75,15 +83,17 @@ def main() -> None:
 
     model.train()
     while step < args.steps:
-        inputs, targets = batch_for(step, fabric.global_rank, fabric.device)
-        loss = nn.functional.mse_loss(model(inputs), targets)
-        optimizer.zero_grad()
-        fabric.backward(loss)
-        optimizer.step()
-        step += 1
-        fabric.print(f"step {step} loss {loss.item():.5f}", flush=True)
-        ckpt.step_end(step, state)  # saves every --every steps; after SIGTERM saves now and exits
-        time.sleep(args.step_seconds)
+        for inputs, targets in loader:  # a new epoch, or the rest of the one a checkpoint was saved in
+            loss = nn.functional.mse_loss(model(augment(inputs)), targets)
+            optimizer.zero_grad()
+            fabric.backward(loss)
+            optimizer.step()
+            step += 1
+            fabric.print(f"step {step} loss {loss.item():.5f}", flush=True)
+            ckpt.step_end(step, state)  # saves every --every steps; after SIGTERM saves now and exits
+            time.sleep(args.step_seconds)
+            if step == args.steps:
+                break
 
     final = digest(model)
     fabric.print(f"final digest: {final}")

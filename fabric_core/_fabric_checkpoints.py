@@ -11,7 +11,7 @@ from torch.optim import Optimizer
 
 from fabric_core import _fabric_checks as checks
 from fabric_core._fabric_collectives import Collectives
-from fabric_core.wrappers import is_wrapped, unwrap_objects
+from fabric_core.wrappers import is_wrapped, unwrap_for_checkpoint, unwrap_objects
 
 __all__ = ["Checkpoints"]
 
@@ -43,7 +43,7 @@ class Checkpoints(Collectives):
             OSError: ``path`` is under a file, or a folder where one file is written (checked first).
         """
         checks.check_save(self._strategy, path, state, filter)
-        self._strategy.save_checkpoint(path=path, state=unwrap_objects(state), filter=filter)
+        self._strategy.save_checkpoint(path=path, state=unwrap_for_checkpoint(state), filter=filter)
         self.barrier()
 
     def load(
@@ -72,7 +72,7 @@ class Checkpoints(Collectives):
             TypeError: ``state`` is neither a dict nor ``None``.
         """
         checks.check_load_state(state)
-        unwrapped = unwrap_objects(state)
+        unwrapped = unwrap_for_checkpoint(state)
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
         if state is not None:

@@ -183,12 +183,23 @@ def distributed_sampler_for(dataloader: DataLoader[Any], **kwargs: Any) -> Distr
             to whether the loader shuffles, ``seed`` to the one ``seed_everything`` recorded.
     """
     sampler = _effective_sampler(dataloader)
-    kwargs.setdefault("shuffle", isinstance(sampler, RandomSampler))
+    shuffled = isinstance(sampler, RandomSampler) or _is_stateful_random_sampler(sampler)
+    kwargs.setdefault("shuffle", shuffled)
     if "seed" not in kwargs:
         kwargs["seed"] = recorded_seed() or 0
-    if type(sampler) in (RandomSampler, SequentialSampler):
+    if type(sampler) in (RandomSampler, SequentialSampler) or _is_stateful_random_sampler(sampler):
         return DistributedSampler(dataloader.dataset, **kwargs)
     return DistributedSamplerWrapper(sampler, **kwargs)
+
+
+def _is_stateful_random_sampler(sampler: object) -> bool:
+    """Whether ``sampler`` is the ``RandomSampler`` torchdata's ``StatefulDataLoader`` uses for ``shuffle=True``.
+
+    It is not a subclass of torch's; split like torch's (a seeded ``DistributedSampler``), never wrapped: each
+    process would draw its own permutation of the dataset, and the shares would overlap.
+    """
+    cls = type(sampler)
+    return cls.__name__ == "RandomSampler" and cls.__module__.startswith("torchdata.stateful_dataloader")
 
 
 def _explicit_batch_sampler(dataloader: DataLoader[Any]) -> Any:

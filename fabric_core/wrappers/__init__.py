@@ -19,7 +19,13 @@ from fabric_core.wrappers._plan import StepPlan, overrides, step_plan
 from fabric_core.wrappers.dataloader import FabricDataLoader
 from fabric_core.wrappers.module import STEP_METHODS, FabricModule
 from fabric_core.wrappers.optimizer import FabricOptimizer
-from fabric_core.wrappers.unwrap import is_wrapped, recompile, unwrap_compiled, unwrap_objects
+from fabric_core.wrappers.unwrap import (
+    is_wrapped,
+    recompile,
+    unwrap_compiled,
+    unwrap_for_checkpoint,
+    unwrap_objects,
+)
 
 __all__ = [
     "STEP_METHODS",
@@ -34,6 +40,7 @@ __all__ = [
     "recompile",
     "step_plan",
     "unwrap_compiled",
+    "unwrap_for_checkpoint",
     "unwrap_objects",
 ]
 

@@ -12,7 +12,7 @@ from fabric_core.wrappers.dataloader import FabricDataLoader
 from fabric_core.wrappers.module import FabricModule
 from fabric_core.wrappers.optimizer import FabricOptimizer
 
-__all__ = ["is_wrapped", "recompile", "unwrap_compiled", "unwrap_objects"]
+__all__ = ["is_wrapped", "recompile", "unwrap_compiled", "unwrap_for_checkpoint", "unwrap_objects"]
 
 
 def _optimized_module_class() -> type | None:
@@ -53,6 +53,15 @@ def _unwrap(obj: Any) -> Any:
 def unwrap_objects(collection: Any) -> Any:
     """Replace every wrapper (and compiled module) in a nested collection by what the strategy set up."""
     types: tuple[type, ...] = (FabricModule, FabricOptimizer, FabricDataLoader)
+    optimized = _optimized_module_class()
+    if optimized is not None:
+        types = (*types, optimized)
+    return apply_to_collection(collection, types, _unwrap)
+
+
+def unwrap_for_checkpoint(collection: Any) -> Any:
+    """Like :func:`unwrap_objects`, but a ``FabricDataLoader`` stays: its position in the data is its state."""
+    types: tuple[type, ...] = (FabricModule, FabricOptimizer)
     optimized = _optimized_module_class()
     if optimized is not None:
         types = (*types, optimized)
