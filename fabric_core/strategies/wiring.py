@@ -95,7 +95,7 @@ def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
     default ``None``, the timeout's torch's 30 minutes, or as ``defaults`` says, e.g. ``start_method="popen"``),
     then the constructor's ``**kwargs`` if it takes options beyond the wiring (its variadic keyword parameter
     is then not named ``wiring``; see :func:`split_wiring`). Every call reaches the constructor with all wiring
-    keys, defaults filled in.
+    keys, defaults filled in (the wiring keys are keyword-only, so Python binds the rest).
 
     Args:
         wiring: The ``TypedDict`` of the keys the constructor forwards.
@@ -129,6 +129,9 @@ def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
         keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
         signature = inspect.signature(init).replace(parameters=[*positional, *keyword_only, *forwarded, *extras])
         accepted = {p.name for p in own[1:]} | set(keys)  # own[0] is self
+        # The wiring keys are keyword-only, so filling in their defaults is all the binding a call needs (the
+        # constructor's own parameters are Python's to bind): a dict merge, not ``Signature.bind`` per build.
+        filled = {p.name: p.default for p in forwarded}
 
         @functools.wraps(init)
         def constructor(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -139,9 +142,7 @@ def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
                         raise UnknownOptionError(
                             f"{owner}({name}={kwargs[name]!r})", name, accepted, owner=owner, value=kwargs[name]
                         )
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            init(*bound.args, **bound.kwargs)
+            init(self, *args, **{**filled, **kwargs})
 
         constructor.__signature__ = signature  # type: ignore[attr-defined]
         return cast(Init, constructor)
