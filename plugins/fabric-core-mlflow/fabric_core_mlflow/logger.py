@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import numbers
 import os
 import time
 from collections.abc import Mapping
@@ -13,6 +11,7 @@ from typing import Any
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.loggers.logger import Logger, rank_zero_experiment, warn_not_reattached
+from fabric_core.utilities.logger import flatten_params, metric_as_float, params_as_dict
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["MLFlowLogger"]
@@ -166,7 +165,10 @@ class MLFlowLogger(Logger):
 
         timestamp = int(time.time() * 1000)
         join = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
-        batch = [Metric(f"{join}{k}", _to_float(k, v), timestamp, step or 0) for k, v in metrics.items()]
+        batch = [
+            Metric(f"{join}{k}", metric_as_float("MLFlowLogger", k, v), timestamp, step or 0)
+            for k, v in metrics.items()
+        ]
         self._ensure_run()
         for start in range(0, len(batch), _BATCH):
             self._client.log_batch(self._run_id, metrics=batch[start : start + _BATCH])
@@ -183,7 +185,10 @@ class MLFlowLogger(Logger):
         """
         from mlflow.entities import Param
 
-        batch = [Param(k, str(v)[:_MAX_PARAM_LENGTH]) for k, v in _flatten(_as_dict(params)).items()]
+        batch = [
+            Param(k, str(v)[:_MAX_PARAM_LENGTH])
+            for k, v in flatten_params(params_as_dict(params, "MLFlowLogger")).items()
+        ]
         self._ensure_run()
         for start in range(0, len(batch), _BATCH):
             self._client.log_batch(self._run_id, params=batch[start : start + _BATCH])
@@ -291,45 +296,3 @@ class MLFlowLogger(Logger):
             if found is None:
                 raise
             return str(found.experiment_id)
-
-
-def _to_float(name: str, value: Any) -> float:
-    if not isinstance(value, numbers.Real) and callable(getattr(value, "item", None)):
-        # A one-element tensor or a numpy scalar; more than one element is refused below.
-        with contextlib.suppress(RuntimeError, ValueError):
-            value = value.item()
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise InvalidConfigError(
-        f"MLFlowLogger: metric {name!r} has the value {value!r} of type {type(value).__name__}; expected a number.",
-        argument="metrics",
-        value=value,
-    )
-
-
-def _as_dict(params: Any) -> dict[str, Any]:
-    if params is None:
-        return {}
-    if isinstance(params, argparse.Namespace):
-        return vars(params)
-    if isinstance(params, Mapping):
-        return dict(params)
-    raise InvalidConfigError(
-        f"MLFlowLogger.log_hyperparams: params must be a mapping or an argparse.Namespace, got "
-        f"{type(params).__name__} {params!r}.",
-        argument="params",
-        value=params,
-    )
-
-
-def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{parent}/{key}" if parent else str(key)
-        if isinstance(value, argparse.Namespace):
-            value = vars(value)
-        if isinstance(value, Mapping) and value:
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat

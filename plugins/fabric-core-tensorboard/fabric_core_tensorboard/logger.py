@@ -15,6 +15,7 @@ import torch
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.loggers.logger import Logger, warn_not_reattached
+from fabric_core.utilities.logger import flatten_params, params_as_dict
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["TensorBoardLogger"]
@@ -227,7 +228,9 @@ class TensorBoardLogger(Logger):
         Raises:
             InvalidConfigError: ``params`` is neither a mapping nor a namespace, or a metric is not a number.
         """
-        hparams = {key: _to_hparam(value) for key, value in _flatten(_as_dict(params)).items()}
+        hparams = {
+            key: _to_hparam(value) for key, value in flatten_params(params_as_dict(params, "TensorBoardLogger")).items()
+        }
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else {}
         elif not isinstance(metrics, Mapping):
@@ -309,34 +312,6 @@ def _to_scalar(name: str, value: Any) -> float:
         argument="metrics",
         value=value,
     )
-
-
-def _as_dict(params: Any) -> dict[str, Any]:
-    if params is None:
-        return {}
-    if isinstance(params, argparse.Namespace):
-        return vars(params)
-    if isinstance(params, Mapping):
-        return dict(params)
-    raise InvalidConfigError(
-        f"TensorBoardLogger.log_hyperparams: params must be a mapping or an argparse.Namespace, got "
-        f"{type(params).__name__} {params!r}.",
-        argument="params",
-        value=params,
-    )
-
-
-def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{parent}/{key}" if parent else str(key)
-        if isinstance(value, argparse.Namespace):
-            value = vars(value)
-        if isinstance(value, Mapping) and value:
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _to_hparam(value: Any) -> bool | int | float | str:

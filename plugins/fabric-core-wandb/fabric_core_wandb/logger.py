@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +10,7 @@ from typing import Any
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.loggers.logger import Logger, rank_zero_experiment, warn_not_reattached
+from fabric_core.utilities.logger import metric_as_float, params_as_dict
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["WandbLogger"]
@@ -123,7 +122,7 @@ class WandbLogger(Logger):
             InvalidConfigError: A value is not a number (also a ``ValueError``); nothing is recorded then.
         """
         join = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
-        row = {f"{join}{k}": _to_float(k, v) for k, v in metrics.items()}
+        row = {f"{join}{k}": metric_as_float("WandbLogger", k, v) for k, v in metrics.items()}
         if step is None:
             self.experiment.log(row)
         else:
@@ -221,30 +220,9 @@ class WandbLogger(Logger):
         return wandb.init(project=self._project, name=self._run_name, dir=save_dir, **kwargs)
 
 
-def _to_float(name: str, value: Any) -> float:
-    if not isinstance(value, numbers.Real) and callable(getattr(value, "item", None)):
-        # A one-element tensor or a numpy scalar; more than one element is refused below.
-        with contextlib.suppress(RuntimeError, ValueError):
-            value = value.item()
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise InvalidConfigError(
-        f"WandbLogger: metric {name!r} has the value {value!r} of type {type(value).__name__}; expected a number.",
-        argument="metrics",
-        value=value,
-    )
-
-
 def _as_dict(params: Any) -> dict[str, Any]:
-    if params is None:
-        return {}
-    if isinstance(params, argparse.Namespace):
-        params = vars(params)
-    if not isinstance(params, Mapping):
-        raise InvalidConfigError(
-            f"WandbLogger.log_hyperparams: params must be a mapping or an argparse.Namespace, got "
-            f"{type(params).__name__} {params!r}.",
-            argument="params",
-            value=params,
-        )
-    return {str(k): _as_dict(v) if isinstance(v, argparse.Namespace) else v for k, v in params.items()}
+    """The hyperparameters as W&B's config: nested mappings stay nested, a nested namespace becomes a dict."""
+    return {
+        str(k): _as_dict(v) if isinstance(v, argparse.Namespace) else v
+        for k, v in params_as_dict(params, "WandbLogger").items()
+    }
