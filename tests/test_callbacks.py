@@ -10,27 +10,7 @@ import torch
 from fabric_core import Fabric, spec
 from fabric_core.callbacks import ThroughputMonitor
 from fabric_core.errors import InvalidConfigError
-from fabric_core.loggers import Logger
-from fabric_core.testing import make_manager
-
-
-class Recorder(Logger):
-    def __init__(self) -> None:
-        self.rows: list[tuple[int | None, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "recorder"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
+from fabric_core.testing import RecordingLogger, make_manager
 
 
 class Counter:
@@ -42,7 +22,7 @@ class Counter:
 
 
 def test_throughput_by_name_logs_rates_through_the_loggers() -> None:
-    recorder, counter = Recorder(), Counter()
+    recorder, counter = RecordingLogger(), Counter()
     fabric = Fabric(
         accelerator="cpu",
         callbacks=[spec("throughput", log_every_n_steps=3, batch_size=8), counter],

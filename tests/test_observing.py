@@ -21,30 +21,11 @@ import torch
 from fabric_core import Fabric, spec
 from fabric_core.callbacks import Profiler
 from fabric_core.errors import InvalidConfigError
-from fabric_core.loggers import CSVLogger, Logger
-from fabric_core.testing import run_in_own_session
+from fabric_core.loggers import CSVLogger
+from fabric_core.testing import RecordingLogger, run_in_own_session
 from fabric_core.utilities.throughput import measure_flops
 
 JOBS = Path(__file__).parent / "_jobs"
-
-
-class Recorder(Logger):
-    def __init__(self) -> None:
-        self.rows: list[tuple[int | None, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "recorder"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
 
 
 def _mlp() -> torch.nn.Module:
@@ -171,7 +152,7 @@ def test_throughput_writes_rates_flops_and_mfu_to_the_csv_file(tmp_path: Path) -
 
 
 def test_throughput_counts_reported_tokens_and_has_no_mfu_on_cpu_without_peak() -> None:
-    recorder = Recorder()
+    recorder = RecordingLogger()
     fabric = Fabric(accelerator="cpu", loggers=recorder, callbacks=[spec("throughput", log_every_n_steps=2)])
     # 300 tokens on even steps, 100 on odd ones: 200 a step over any two consecutive steps.
     _train(fabric, 6, lambda step: fabric.call("on_train_batch_end", samples=2, tokens=100 + 200 * (step % 2 == 0)))
@@ -214,7 +195,7 @@ def test_peak_flops_are_dense(
 
 # -- reduced and windowed logging -------------------------------------------------------------------------
 def test_bad_reduce_and_non_scalar_values_fail_at_once_naming_them() -> None:
-    recorder = Recorder()
+    recorder = RecordingLogger()
     fabric = Fabric(accelerator="cpu", loggers=recorder)
     with pytest.raises(InvalidConfigError, match=r"reduce='avg'.*'mean', 'sum', 'max', 'min'") as info:
         fabric.log("loss", 1.0, reduce="avg")
@@ -232,7 +213,7 @@ def test_bad_reduce_and_non_scalar_values_fail_at_once_naming_them() -> None:
 
 
 def test_plain_logging_never_reduces_and_a_window_reduces_once_per_flush(monkeypatch: pytest.MonkeyPatch) -> None:
-    recorder = Recorder()
+    recorder = RecordingLogger()
     fabric = Fabric(accelerator="cpu", loggers=recorder)
     calls: list[tuple[list[float], str]] = []
     monkeypatch.setattr(
