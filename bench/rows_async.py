@@ -17,25 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 from _harness import CORE, RAW, Goal, RowResult, interleave, row_result
-from torch import nn
+from rows_checkpoint import model_and_optimizer
 
 __all__ = ["collect"]
 
 ROWS = ("ckpt_async_blocked",)
-
-
-def _model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer, int]:
-    torch.manual_seed(0)
-    # 12 x (2048 x 2048 + 2048) = 50.4M parameters; Adam's two moments triple the bytes.
-    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(12)])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for param in model.parameters():
-        param.grad = torch.zeros_like(param)
-    optimizer.step()  # creates the optimizer state
-    optimizer.zero_grad(set_to_none=True)
-    return model, optimizer, sum(p.numel() for p in model.parameters())
 
 
 def _settle() -> None:
@@ -68,7 +55,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
     from fabric_core import Fabric
     from fabric_core.io.async_io import AsyncCheckpointIO
 
-    model, optimizer, count = _model_and_optimizer()
+    model, optimizer, count = model_and_optimizer()
     synchronous = Fabric(accelerator="cpu", devices=1)
     background_io = AsyncCheckpointIO()
     background = Fabric(accelerator="cpu", devices=1, plugins=[background_io])

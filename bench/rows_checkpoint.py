@@ -31,7 +31,7 @@ import torch
 from _harness import ACCELERATE, CORE, LIGHTNING, RAW, Goal, RowResult, fastest_of, interleave, row_result
 from torch import nn
 
-__all__ = ["collect"]
+__all__ = ["collect", "model_and_optimizer"]
 
 ROWS = ("ckpt_save", "ckpt_save_nosync", "ckpt_load")
 
@@ -40,11 +40,11 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _model_and_optimizer(quick: bool) -> tuple[nn.Module, torch.optim.Optimizer, int]:
+def model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer, int]:
+    """The checkpoint rows' state: 50M parameters and Adam with its state; and the parameter count."""
     torch.manual_seed(0)
     # 12 x (2048 x 2048 + 2048) = 50.4M parameters; Adam's two moments triple the bytes.
-    layers = 12
-    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(layers)])
+    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(12)])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for param in model.parameters():
         param.grad = torch.zeros_like(param)
@@ -124,7 +124,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
         return []
     from fabric_core import Fabric
 
-    model, optimizer, count = _model_and_optimizer(quick)
+    model, optimizer, count = model_and_optimizer()
     fabric = Fabric(accelerator="cpu", devices=1)
     f_model, f_optimizer = fabric.setup(model, optimizer)
     frameworks: dict[str, Any] = {CORE: (fabric, f_model, f_optimizer)}
