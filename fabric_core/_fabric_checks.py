@@ -27,6 +27,7 @@ from fabric_core.errors import (
     PathIsADirectoryError,
     PossibleUserWarning,
 )
+from fabric_core.strategies import _collectives
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled
@@ -352,7 +353,7 @@ def warn_no_backward_sync(strategy: Strategy) -> None:
 def infinite_barrier() -> Generator[Callable[[], None], None, None]:
     """A barrier on its own gloo group that never times out (a rank may download data for hours)."""
     dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
+    if not _collectives.distributed():
         yield lambda: None
         return
     group = dist.new_group(backend="gloo", timeout=timedelta(days=10000))

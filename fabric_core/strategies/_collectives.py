@@ -26,7 +26,24 @@ from torch import Tensor
 from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.apply_func import apply_to_collection
 
-__all__ = ["REDUCE_OP_NAMES", "agree_on_signature", "all_gather", "all_reduce", "only_tensors", "resolve_reduce_op"]
+__all__ = [
+    "DIST_AVAILABLE",
+    "REDUCE_OP_NAMES",
+    "agree_on_signature",
+    "all_gather",
+    "all_reduce",
+    "distributed",
+    "only_tensors",
+    "resolve_reduce_op",
+]
+
+#: Whether this torch build has ``torch.distributed`` at all.
+DIST_AVAILABLE: Final = dist.is_available()
+
+
+def distributed() -> bool:
+    """Whether a default process group exists (collectives then talk to the other processes)."""
+    return DIST_AVAILABLE and dist.is_initialized()
 
 _SUM: Final = dist.ReduceOp.SUM
 _OPS: Final[dict[str, Any]] = {

@@ -32,11 +32,8 @@ if TYPE_CHECKING:
     from fabric_core.environments.environment import ClusterEnvironment
 
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
-_DIST_AVAILABLE: Final = dist.is_available()
-
-
-def _distributed() -> bool:
-    return _DIST_AVAILABLE and dist.is_initialized()
+_DIST_AVAILABLE: Final = _collectives.DIST_AVAILABLE  # read on the all_reduce fast path: a global, not an attribute
+_distributed: Final = _collectives.distributed
 
 __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 

@@ -66,7 +66,7 @@ __all__ = [
     "wait_for_everyone",
 ]
 
-_DIST_AVAILABLE: Final = dist.is_available()
+_distributed: Final = _collectives.distributed  # whether a process group exists (one definition, there)
 # ``all_gather_into_tensor`` was renamed in torch 2.13 (the old name warns); both fill one flat buffer.
 _all_gather_flat: Final[Callable[..., Any]] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCTIONS: Final = {
@@ -78,10 +78,6 @@ _REDUCTIONS: Final = {
     "product": "PRODUCT",
 }
 _RNG_TYPES: Final = ("torch", "cuda", "mps", "xpu", "generator")
-
-
-def _distributed() -> bool:
-    return _DIST_AVAILABLE and dist.is_initialized()
 
 
 def _world_size() -> int:
