@@ -139,3 +139,10 @@ def test_two_processes_under_fabric_core_run_draw_one_bar(tmp_path: Path) -> Non
     assert all(pattern.match(line) for line in lines), lines
     assert lines[-1].startswith("epoch 1/2 | step 8/8 |") and lines[-1].endswith("rank_tag=100 loss=0.25")
     assert "rank_tag=101" not in result.stdout
+
+
+def test_without_rich_the_fabric_is_refused_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rich", None)  # what an environment without rich looks like to find_spec
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'fabric-core\[progress\]'") as raised:
+        Fabric(accelerator="cpu", callbacks=["progress"], plugin_manager=make_manager())
+    assert raised.value.name == "rich"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import math
 import sys
 import time
@@ -47,6 +48,7 @@ class ProgressBar:
 
     Raises:
         InvalidConfigError: An option has a wrong type or value (also a ``ValueError``).
+        ModuleNotFoundError: ``rich`` is not installed (``pip install 'fabric-core[progress]'``).
     """
 
     def __init__(
@@ -58,6 +60,13 @@ class ProgressBar:
         stream: IO[str] | None = None,
         metrics_format: str = ".4g",
     ) -> None:
+        if importlib.util.find_spec("rich") is None:
+            # Here, when the Fabric is built, rather than at the first drawn line after setup.
+            raise ModuleNotFoundError(
+                "The progress bar (`callbacks=['progress']`) is drawn with `rich`, which is not installed. "
+                "Run `pip install 'fabric-core[progress]'` (or `pip install rich`).",
+                name="rich",
+            )
         _check_totals("ProgressBar", total_steps, total_epochs)
         if refresh_per_second is not None and (
             isinstance(refresh_per_second, bool)
