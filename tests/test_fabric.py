@@ -7,10 +7,12 @@ import io
 import os
 import pickle
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -23,6 +25,7 @@ from fabric_core.loggers.logger import Logger
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.strategies.strategy import BackwardSyncControl, Strategy
 from fabric_core.testing import make_manager
+from fabric_core.utilities.apply_func import convert_tensors_to_scalars
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer
 
 
@@ -714,6 +717,26 @@ def test_log_refuses_tensors_with_several_elements() -> None:
     fabric = make_fabric(loggers=RecordingLogger())
     with pytest.raises(ValueError, match=r"does not contain a single element, thus it cannot be converted to a scalar"):
         fabric.log("x", torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"loss": torch.tensor(0.5), "step": 3, "name": "a", "none": None, "flag": True, "int": torch.tensor([2])},
+        {"outer": {"inner": torch.tensor(1.5)}, "list": [torch.tensor(2.0), 3]},
+        {"np": np.float32(0.25), "t": torch.tensor(4, dtype=torch.int64)},
+        OrderedDict(a=torch.tensor(1.0)),
+        [torch.tensor(1.0), {"b": torch.tensor(2.0)}],
+    ],
+    ids=["flat", "nested", "numpy-leaf", "ordered-dict", "list"],
+)
+def test_scalar_conversion_matches_lightning(metrics: Any) -> None:
+    lightning_apply = pytest.importorskip("lightning_fabric.utilities.apply_func")
+    ours = convert_tensors_to_scalars(metrics)
+    theirs = lightning_apply.convert_tensors_to_scalars(metrics)
+    assert ours == theirs
+    assert type(ours) is type(theirs)
+    assert repr(ours) == repr(theirs)  # the same Python types inside (int stays int, a bool stays a bool)
 
 
 def test_seed_everything_seeds_torch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -196,4 +196,14 @@ def convert_tensors_to_scalars(data: Any) -> Any:
             )
         return value.item()
 
+    if type(data) is dict:  # what `fabric.log` passes, once per step: one level of names and scalars
+        scalars = {}
+        for key, value in data.items():
+            if isinstance(value, Tensor):
+                scalars[key] = to_item(value)
+            elif value is None or isinstance(value, (int, float, str)):
+                scalars[key] = value
+            else:  # a nested collection (or another leaf type): the general walk
+                return apply_to_collection(data, Tensor, to_item)
+        return scalars
     return apply_to_collection(data, Tensor, to_item)

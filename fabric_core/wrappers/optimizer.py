@@ -56,7 +56,7 @@ class FabricOptimizer(Optimizer):
                 kwargs = {"strategy": strategy, "optimizer": optimizer}
                 after_step.append((hook, {k: v for k, v in kwargs.items() if keywords is None or k in keywords}))
         self._after_step = after_step
-        self._plain_step = not after_step and step_plan(strategy).plain_step
+        self._plain_step = step_plan(strategy).plain_step
         # `zero_grad` only ever delegates: the original's bound method, as an instance attribute, answers the
         # call without a wrapper frame (a quarter of a microsecond per step).
         self.zero_grad = optimizer.zero_grad  # type: ignore[method-assign]
@@ -93,12 +93,13 @@ class FabricOptimizer(Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Step the optimizer through the strategy and precision, then run ``on_after_optimizer_step``."""
         state = self.__dict__  # one slow lookup instead of two (this class has `__getattr__`)
+        optimizer = state["_optimizer"]
         if state["_plain_step"]:
-            optimizer = state["_optimizer"]
-            return optimizer.step() if closure is None else optimizer.step(closure)
-        kwargs = {} if closure is None else {"closure": closure}
-        output = self._strategy.optimizer_step(self._optimizer, **kwargs)
-        for hook, hook_kwargs in self._after_step:
+            output = optimizer.step() if closure is None else optimizer.step(closure)
+        else:
+            kwargs = {} if closure is None else {"closure": closure}
+            output = state["_strategy"].optimizer_step(optimizer, **kwargs)
+        for hook, hook_kwargs in state["_after_step"]:
             hook(**hook_kwargs)
         return output
 
