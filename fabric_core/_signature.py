@@ -15,6 +15,7 @@ from typing import Any, Final
 __all__ = ["accepted_keywords", "accepts", "call_with_accepted"]
 
 _SIGNATURES: Final[weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] | None]] = weakref.WeakKeyDictionary()
+_UNKNOWN: Final = object()
 _KEYWORD_KINDS: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -34,8 +35,12 @@ def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
     Signatures are inspected once per function (bound methods share their function's entry).
     """
     key = getattr(fn, "__func__", fn)
-    if key in _SIGNATURES:
-        return _SIGNATURES[key]
+    try:
+        known = _SIGNATURES.get(key, _UNKNOWN)  # one weak reference built, not two as `in` then `[]` would
+    except TypeError:  # not weakly referenceable
+        known = _UNKNOWN
+    if known is not _UNKNOWN:
+        return known
     keywords = _compute_keywords(fn)
     with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: inspected each time
         _SIGNATURES[key] = keywords
@@ -51,6 +56,6 @@ def accepts(fn: Callable[..., Any], name: str) -> bool:
 def call_with_accepted(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
     """Call ``fn(*args, **kwargs)`` with only the keyword arguments its signature accepts."""
     keywords = accepted_keywords(fn)
-    if keywords is not None:
+    if keywords is not None and not keywords.issuperset(kwargs):
         kwargs = {k: v for k, v in kwargs.items() if k in keywords}
     return fn(*args, **kwargs)

@@ -92,6 +92,26 @@ def test_rank_is_read_from_each_environment_variable(monkeypatch: pytest.MonkeyP
     assert seen == []
 
 
+def test_rank_follows_the_environment_as_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Set, emptied, removed and set again between calls: each call sees the environment as it is then.
+    seen = []
+    for value in ("2", "", None, "1"):
+        if value is None:
+            monkeypatch.delenv("SLURM_PROCID")
+        else:
+            monkeypatch.setenv("SLURM_PROCID", value)
+        seen.append(rank_zero_only.rank)
+    assert seen == [2, 0, 0, 1]
+
+
+def test_rank_is_read_from_an_environment_mapping_that_is_not_the_process_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test harness may swap `os.environ` for a plain dict: the rank is still read from what it holds.
+    monkeypatch.setattr(os, "environ", {"JSM_NAMESPACE_RANK": "4"})
+    assert rank_zero_only.rank == 4
+    monkeypatch.setattr(os, "environ", {})
+    assert rank_zero_only.rank == 0
+
+
 def test_rank_wins_over_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("RANK", "5")

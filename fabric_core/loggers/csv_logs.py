@@ -22,6 +22,8 @@ PREFIX_SEPARATOR: Final = "-"
 
 
 def _scalar(value: Any) -> Any:
+    if type(value) is float or type(value) is int:  # what `fabric.log` passes on: nothing to look up
+        return value
     # Tensors and numpy scalars both expose `.item()`; duck typing keeps torch out of this module.
     item = getattr(value, "item", None)
     return item() if callable(item) else value
@@ -170,9 +172,9 @@ class CSVLogger(Logger):
         if new_columns or not path.exists():
             self._rewrite(path, sorted(seen | new_columns))
         else:
+            columns = self._columns  # every buffered name is one of them (else the branch above)
             with open(path, "a", newline="", encoding="utf-8") as file:
-                writer = csv.DictWriter(file, fieldnames=self._columns, restval="")
-                writer.writerows(self._rows)
+                csv.writer(file).writerows([[row.get(c, "") for c in columns] for row in self._rows])
         self._rows = []
 
     @rank_zero_only
