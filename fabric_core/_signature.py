@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 __all__ = ["accepted_keywords", "accepts", "call_with_accepted"]
 
@@ -40,7 +40,7 @@ def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
     except TypeError:  # not weakly referenceable
         known = _UNKNOWN
     if known is not _UNKNOWN:
-        return known
+        return cast("frozenset[str] | None", known)
     keywords = _compute_keywords(fn)
     with contextlib.suppress(TypeError):  # a callable that cannot be weakly referenced: inspected each time
         _SIGNATURES[key] = keywords
