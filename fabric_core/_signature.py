@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
 
-__all__ = ["accepted_keywords", "accepts", "call_with_accepted"]
+__all__ = ["accepted_keywords", "accepts", "call_with_accepted", "call_with_keywords", "hooks"]
 
 _SIGNATURES: Final[weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] | None]] = weakref.WeakKeyDictionary()
 _UNKNOWN: Final = object()
@@ -55,7 +55,23 @@ def accepts(fn: Callable[..., Any], name: str) -> bool:
 
 def call_with_accepted(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
     """Call ``fn(*args, **kwargs)`` with only the keyword arguments its signature accepts."""
-    keywords = accepted_keywords(fn)
+    return call_with_keywords(fn, accepted_keywords(fn), args, kwargs)
+
+
+def call_with_keywords(
+    fn: Callable[..., Any], keywords: frozenset[str] | None, args: Iterable[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Call ``fn(*args, **kwargs)`` with the keyword arguments in ``keywords`` only (all of them for ``None``)."""
     if keywords is not None and not keywords.issuperset(kwargs):
         kwargs = {k: v for k, v in kwargs.items() if k in keywords}
     return fn(*args, **kwargs)
+
+
+def hooks(objects: Iterable[Any], name: str) -> list[tuple[Callable[..., Any], frozenset[str] | None]]:
+    """The bound methods ``name`` of ``objects`` that have one, each with the keywords it accepts.
+
+    For events fired on every step: looked up once, then called with :func:`call_with_keywords`. Attributes
+    of that name that are not callable are left out.
+    """
+    found = [getattr(obj, name, None) for obj in objects]
+    return [(method, accepted_keywords(method)) for method in found if callable(method)]

@@ -24,7 +24,7 @@ from fabric_core import wrappers
 from fabric_core._assembly import assemble
 from fabric_core._fabric_checkpoints import Checkpoints
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
-from fabric_core._signature import call_with_accepted
+from fabric_core._signature import call_with_accepted, call_with_keywords, hooks
 from fabric_core.callbacks.profiler import Profiler
 from fabric_core.callbacks.profiler import profile as profile_run
 from fabric_core.loggers._aggregate import reduce_metrics
@@ -107,6 +107,9 @@ class Fabric(Checkpoints):
         self._precision: Precision = self._strategy.precision
         self._loggers: list[Logger] = list(components.loggers)
         self._callbacks: list[Any] = list(components.callbacks)
+        # The callbacks' `on_log` methods, looked up at the first log after the callbacks last changed: that
+        # event fires on every logged step (`call` looks hooks up at each call, as users expect of it).
+        self._log_hooks: list[tuple[Callable[..., Any], frozenset[str] | None]] | None = None
         self._cluster_environment: Any = components.cluster_environment  # kept for one process too (SLURM requeue)
         self._launched = False
         # Decided by the step plan, made with the wrappers in `setup` (after `launch()`: a precision may ask the
@@ -245,6 +248,7 @@ class Fabric(Checkpoints):
         self._plain_backward = plan.plain_backward
         self._direct_backward = plan.direct_backward or (plan.plain_backward and self._backward_announced)
         lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
+        self._log_hooks = None  # the module may have joined the callbacks
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
         return model, wrapped, scheduler
 
@@ -539,7 +543,12 @@ class Fabric(Checkpoints):
         scalars = convert_tensors_to_scalars(metrics)
         for logger in self._loggers:
             logger.log_metrics(metrics=scalars, step=step)
-        self.call("on_log", metrics=scalars, step=step)  # callbacks that show metrics (the progress bar)
+        if self._log_hooks is None:
+            self.call("on_log", metrics=scalars, step=step)  # warns of a non-callable `on_log`, once
+            self._log_hooks = hooks(self._callbacks, "on_log")
+            return
+        for hook, keywords in self._log_hooks:  # callbacks that show metrics (the progress bar)
+            call_with_keywords(hook, keywords, (), {"metrics": scalars, "step": step})
 
     def profile(self, **options: Any) -> contextlib.AbstractContextManager[Profiler]:
         """Profile the code in a ``with`` block with ``torch.profiler``; call ``.step()`` on what it yields.

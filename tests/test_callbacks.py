@@ -48,3 +48,38 @@ def test_throughput_rejects_bad_settings() -> None:
     with pytest.raises(InvalidConfigError, match=r"log_every_n_steps=0"):
         ThroughputMonitor(log_every_n_steps=0)
     assert ThroughputMonitor().compute() == {}
+
+
+class MetricsSeen:
+    """A callback that records the ``on_log`` events it gets (only the metrics: it takes no ``step``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def on_log(self, metrics: dict[str, Any]) -> None:
+        self.seen.append(dict(metrics))
+
+
+class LitListener(torch.nn.Linear):
+    """A LightningModule-shaped module (it has ``_fabric``) that listens to ``on_log`` once set up."""
+
+    _fabric: Any = None
+
+    def __init__(self) -> None:
+        super().__init__(2, 1)
+        self.seen: list[tuple[dict[str, Any], int | None]] = []
+
+    def on_log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self.seen.append((dict(metrics), step))
+
+
+def test_on_log_reaches_every_callback_and_a_module_that_joins_after_the_first_log() -> None:
+    early = MetricsSeen()
+    fabric = Fabric(accelerator="cpu", callbacks=[early, object()], plugin_manager=make_manager())
+    fabric.log("a", torch.tensor(1.0))
+    fabric.log_dict({"b": 2}, step=7)
+    lit = LitListener()
+    fabric.setup(lit)  # a LightningModule becomes a callback here, after on_log's listeners were looked up
+    fabric.log("c", 3.0, step=8)
+    assert early.seen == [{"a": 1.0}, {"b": 2}, {"c": 3.0}]
+    assert lit.seen == [({"c": 3.0}, 8)]

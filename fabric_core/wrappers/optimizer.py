@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from torch.optim import Optimizer
 
-from fabric_core._signature import accepted_keywords
+from fabric_core._signature import hooks
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.wrappers._plan import step_plan
 
@@ -48,14 +48,11 @@ class FabricOptimizer(Optimizer):
         self.__class__ = _fabric_optimizer_class(type(optimizer))
         self._optimizer = optimizer
         self._strategy = strategy
-        after_step: list[tuple[Callable[..., Any], dict[str, Any]]] = []
-        for callback in callbacks or ():
-            hook = getattr(callback, "on_after_optimizer_step", None)
-            if callable(hook):
-                keywords = accepted_keywords(hook)
-                kwargs = {"strategy": strategy, "optimizer": optimizer}
-                after_step.append((hook, {k: v for k, v in kwargs.items() if keywords is None or k in keywords}))
-        self._after_step = after_step
+        kwargs = {"strategy": strategy, "optimizer": optimizer}
+        self._after_step: list[tuple[Callable[..., Any], dict[str, Any]]] = [
+            (hook, {k: v for k, v in kwargs.items() if keywords is None or k in keywords})
+            for hook, keywords in hooks(callbacks or (), "on_after_optimizer_step")
+        ]
         self._plain_step = step_plan(strategy).plain_step
         # `zero_grad` only ever delegates: the original's bound method, as an instance attribute, answers the
         # call without a wrapper frame (a quarter of a microsecond per step).
