@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--out", default=os.path.join("runs", "classifier"))
     parser.add_argument("--logger", choices=LOGGERS, default="csv", help="Where metrics go (default: csv).")
-    parser.add_argument("--progress", action="store_true", help="Show a progress bar (lines when piped).")
+    parser.add_argument("--progress", action="store_true", help="Show a progress bar (lines when piped); needs rich: pip install 'fabric-core[progress]'.")
     args = parser.parse_args()
 
     # No accelerator or strategy: `fabric-core run --devices 2 --strategy ddp ...` decides (one CPU process without).
