@@ -147,3 +147,27 @@ def test_single_device_takes_the_first_connected_device_unless_given_one() -> No
             num_nodes=1,
         )
     assert (given.root_device, connected.root_device) == (torch.device("meta"), torch.device("cpu", 0))
+
+
+def test_positional_order_mixes_own_parameters_and_wiring_and_makes_the_rest_keyword_only() -> None:
+    from fabric_core.accelerators import CPUAccelerator
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+    from fabric_core.strategies.wiring import Wiring, wired
+
+    class Ordered(SingleDeviceStrategy):
+        @wired(Wiring, positional=("accelerator", "bucket"))
+        def __init__(self, bucket: int = 1, note: str = "", **wiring: Any) -> None:
+            super().__init__(**wiring)
+            self.bucket, self.note = bucket, note
+
+    accelerator = CPUAccelerator()
+    built = Ordered(accelerator, 8, note="n")
+    assert (built.accelerator, built.bucket, built.note) == (accelerator, 8, "n")
+    kinds = {name: p.kind.name for name, p in inspect.signature(Ordered).parameters.items()}
+    assert list(kinds)[:2] == ["accelerator", "bucket"]
+    assert kinds["accelerator"] == kinds["bucket"] == "POSITIONAL_OR_KEYWORD"
+    assert kinds["note"] == kinds["precision"] == "KEYWORD_ONLY"
+    with pytest.raises(TypeError, match="at most 2 positional arguments"):
+        Ordered(accelerator, 8, "n")
+    with pytest.raises(ValueError, match=r"\['bukket'\] are not parameters"):
+        wired(Wiring, positional=("bukket",))(Ordered.__init__.__wrapped__)

@@ -45,6 +45,7 @@ def distributed() -> bool:
     """Whether a default process group exists (collectives then talk to the other processes)."""
     return DIST_AVAILABLE and dist.is_initialized()
 
+
 _SUM: Final = dist.ReduceOp.SUM
 _OPS: Final[dict[str, Any]] = {
     "sum": dist.ReduceOp.SUM,

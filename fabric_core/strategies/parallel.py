@@ -143,7 +143,10 @@ class ParallelStrategy(Strategy):
     #: `all_gather` takes a whole nested collection and packs it into as few collectives as it can.
     gathers_collections: ClassVar[bool] = True
 
-    @wired(ParallelWiring)
+    @wired(
+        ParallelWiring,
+        positional=("accelerator", "parallel_devices", "cluster_environment", "checkpoint_io", "precision"),
+    )
     def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
         super().__init__(
             accelerator=wiring.get("accelerator"),

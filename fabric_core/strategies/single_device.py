@@ -19,7 +19,7 @@ __all__ = ["SingleDeviceStrategy"]
 class SingleDeviceStrategy(Strategy):
     """Runs everything in this process on one device; collectives are the identity."""
 
-    @wired(Wiring)
+    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         super().__init__(**wiring)
         self._device = torch.device(device) if device is not None else None

@@ -75,7 +75,7 @@ class Strategy(ABC):
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
 
-    @wired(Wiring)
+    @wired(Wiring, positional=("accelerator", "checkpoint_io", "precision"))
     def __init__(self, **wiring: Unpack[Wiring]) -> None:
         self._accelerator = wiring.get("accelerator")
         self._checkpoint_io = wiring.get("checkpoint_io")

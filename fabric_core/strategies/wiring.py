@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, ForwardRef, TypedDict, TypeVar, cast
 
-from fabric_core.errors import UnknownOptionError
+from fabric_core.errors import ArgumentTypeError, UnknownOptionError
 
 if TYPE_CHECKING:
     import torch
@@ -88,27 +88,36 @@ def _annotation(value: Any) -> Any:
     return value.__forward_arg__ if isinstance(value, ForwardRef) else value
 
 
-def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
+def wired(wiring: type, positional: Sequence[str] | None = None, **defaults: Any) -> Callable[[Init], Init]:
     """Give a constructor that takes ``**wiring`` the full signature, and bind every call to it.
 
     The signature is the constructor's own parameters, then each key of ``wiring`` as a keyword argument (its
     default ``None``, the timeout's torch's 30 minutes, or as ``defaults`` says, e.g. ``start_method="popen"``),
     then the constructor's ``**kwargs`` if it takes options beyond the wiring (its variadic keyword parameter
     is then not named ``wiring``; see :func:`split_wiring`). Every call reaches the constructor with all wiring
-    keys, defaults filled in (the wiring keys are keyword-only, so Python binds the rest).
+    keys, defaults filled in.
+
+    ``positional`` names the parameters a call may pass by position, in their order, own and wiring mixed
+    (Lightning's order for a strategy Lightning has: ``DDPStrategy(accelerator, parallel_devices, ...)``);
+    every other parameter is then keyword-only. Without it, the constructor's own parameters are positional
+    as written and the wiring keys keyword-only.
 
     Args:
         wiring: The ``TypedDict`` of the keys the constructor forwards.
+        positional: The parameters that may be given by position, in order.
         **defaults: Defaults of this constructor that differ from the wiring's.
 
     Raises:
         UnknownOptionError: At the call: a keyword the constructor takes neither as its own nor as wiring
             (a ``TypeError`` too, as Python raises), with the closest valid names.
+        ArgumentTypeError: At the call: more positional arguments than ``positional`` names, or one given both
+            by position and by keyword (a ``TypeError`` too).
     """
     keys = _keys(wiring)
     unknown = sorted(set(defaults) - set(keys))
     if unknown:
         raise ValueError(f"wired(): {unknown} are not keys of {wiring.__name__}")
+    order = None if positional is None else tuple(positional)
 
     def decorate(init: Init) -> Init:
         written = list(inspect.signature(init).parameters.values())
@@ -125,29 +134,62 @@ def wired(wiring: type, **defaults: Any) -> Callable[[Init], Init]:
             if key not in {p.name for p in own}
         ]
         extras = [p for p in variadic if p.name != "wiring"]
-        positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-        keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        signature = inspect.signature(init).replace(parameters=[*positional, *keyword_only, *forwarded, *extras])
-        accepted = {p.name for p in own[1:]} | set(keys)  # own[0] is self
-        # The wiring keys are keyword-only, so filling in their defaults is all the binding a call needs (the
-        # constructor's own parameters are Python's to bind): a dict merge, not ``Signature.bind`` per build.
+        if order is None:
+            positional_params = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+            keyword_only = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+            parameters = [*positional_params, *keyword_only, *forwarded]
+        else:
+            by_name = {p.name: p for p in [*own[1:], *forwarded]}  # own[0] is self
+            missing = [name for name in order if name not in by_name]
+            if missing:
+                raise ValueError(f"wired(positional=...): {missing} are not parameters of {init.__qualname__}")
+            first = [by_name[name].replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in order]
+            rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in by_name.values() if p.name not in order]
+            parameters = [own[0], *first, *rest]
+        signature = inspect.signature(init).replace(parameters=[*parameters, *extras])
+        accepted = {p.name for p in own[1:]} | set(keys)
+        # Filling in the wiring defaults, and naming positional arguments where `positional` orders them, is
+        # all the binding a call needs (Python binds the rest): a dict merge, not ``Signature.bind`` per build.
         filled = {p.name: p.default for p in forwarded}
 
         @functools.wraps(init)
         def constructor(self: Any, *args: Any, **kwargs: Any) -> None:
+            owner = type(self).__name__  # the class built, also where it inherits this constructor
             if not extras:
                 for name in kwargs:
                     if name not in accepted:
-                        owner = type(self).__name__  # the class built, also where it inherits this constructor
                         raise UnknownOptionError(
                             f"{owner}({name}={kwargs[name]!r})", name, accepted, owner=owner, value=kwargs[name]
                         )
+            if order is not None and args:
+                kwargs = _by_position(owner, order, args, kwargs)
+                args = ()
             init(self, *args, **{**filled, **kwargs})
 
         constructor.__signature__ = signature  # type: ignore[attr-defined]
         return cast(Init, constructor)
 
     return decorate
+
+
+def _by_position(owner: str, order: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the positional ``args`` added under the names ``order`` gives their positions."""
+    if len(args) > len(order):
+        raise ArgumentTypeError(
+            f"`{owner}(...)` takes at most {len(order)} positional arguments ({', '.join(order)}) but {len(args)} "
+            "were given; pass the others by keyword.",
+            argument=None,
+            value=args,
+        )
+    named = dict(zip(order, args))
+    twice = [name for name in named if name in kwargs]
+    if twice:
+        raise ArgumentTypeError(
+            f"`{owner}(...)` got {twice[0]!r} both by position and by keyword.",
+            argument=twice[0],
+            value=named[twice[0]],
+        )
+    return {**named, **kwargs}
 
 
 def split_wiring(options: dict[str, Any], wiring: type = ParallelWiring) -> tuple[dict[str, Any], dict[str, Any]]:

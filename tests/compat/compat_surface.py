@@ -146,6 +146,8 @@ class Report:
     names: list[str] = field(default_factory=list)  # missing module-level names and class members
     params: list[str] = field(default_factory=list)  # "path(param)"
     defaults: dict[str, str] = field(default_factory=dict)  # "path(param)" -> "theirs != ours"
+    # "path(param)" -> what ours takes at the position where Lightning takes `param` (a positional call differs)
+    positions: dict[str, str] = field(default_factory=dict)
     compared_names: int = 0
     compared_params: int = 0
 
@@ -241,6 +243,28 @@ def _compare_params(report: Report, path: str, theirs: Any, ours: Any) -> None:
         default, our_default = param.default, our_params[name].default
         if not _same_default(default, our_default):
             report.defaults[key] = f"{_show(default)} != {_show(our_default)}"
+    _compare_positions(report, path, their_params, our_params)
+
+
+def _positional(params: dict[str, inspect.Parameter]) -> list[str]:
+    """The names a call may pass by position, in order; ``"*args"`` last where there is one."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [name for name, p in params.items() if p.kind in kinds]
+    return [*names, "*args"] if "*args" in params else names
+
+
+def _compare_positions(
+    report: Report, path: str, theirs: dict[str, inspect.Parameter], ours: dict[str, inspect.Parameter]
+) -> None:
+    """Record the first position where a positional call that Lightning binds one way binds another way here."""
+    our_order = _positional(ours)
+    for index, name in enumerate(_positional(theirs)):
+        if name == "*args":
+            return  # Lightning's catch-all: what ours takes there is ours to decide
+        here = our_order[index] if index < len(our_order) else "*args" if our_order[-1:] == ["*args"] else None
+        if here != name and here != "*args":
+            report.positions[f"{path}({name})"] = f"position {index} is {here or 'not accepted'}"
+            return
 
 
 def _show(value: Any) -> str:

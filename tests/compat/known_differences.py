@@ -80,6 +80,11 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 }
 
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
+# A positional call that binds to another parameter here (see test_positional_arguments_bind_to_the_same_parameters).
+POSITIONS: dict[str, tuple[str, str]] = {
+    "lightning_fabric.cli.main(args)": (DELIBERATE, "Lightning's is a click command; both take the argument list as their one positional argument"),
+}
+
 BEHAVIOUR: dict[str, tuple[str, str]] = {
     "2-ranks:custom_batch_sampler": (DELIBERATE, "a plain BatchSampler keeps its batch size on each rank; Lightning's launch(fn) path draws batches of one (its script path crashes in collate)"),
     "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),

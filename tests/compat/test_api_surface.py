@@ -57,7 +57,14 @@ def test_parameter_defaults_match() -> None:
     assert not differing, _failure("parameter defaults differ from lightning_fabric's", differing, _ADD)
 
 
-@pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS"])
+def test_positional_arguments_bind_to_the_same_parameters() -> None:
+    """``DDPStrategy(accelerator, devices)``: what Lightning binds by position binds to the same name here."""
+    report = _report()
+    differing = [f"{key}: {report.positions[key]}" for key in report.positions if key not in known.POSITIONS]
+    assert not differing, _failure("positional parameters differ from lightning_fabric's", differing, _ADD)
+
+
+@pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS"])
 def test_allow_list_has_no_stale_entries(section: str) -> None:
     report = _report()
     found = {
@@ -65,13 +72,14 @@ def test_allow_list_has_no_stale_entries(section: str) -> None:
         "NAMES": set(report.names),
         "PARAMS": set(report.params),
         "DEFAULTS": set(report.defaults),
+        "POSITIONS": set(report.positions),
     }[section]
     stale = [key for key in getattr(known, section) if key not in found]
     assert not stale, _failure(f"{section} entries are stale", stale, _STALE)
 
 
 def test_allow_list_entries_are_well_formed() -> None:
-    for section in ("MODULES", "NAMES", "PARAMS", "DEFAULTS"):
+    for section in ("MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS"):
         for key, (kind, reason) in getattr(known, section).items():
             assert key.startswith("lightning_fabric"), key
             assert kind in (known.GAP, known.DELIBERATE), (key, kind)

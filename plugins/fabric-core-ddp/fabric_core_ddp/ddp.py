@@ -38,7 +38,20 @@ class DDPStrategy(ParallelStrategy):
         UnknownOptionError: A keyword argument that ``DistributedDataParallel`` does not take either.
     """
 
-    @wired(ParallelWiring, start_method="popen")
+    @wired(
+        ParallelWiring,
+        positional=(
+            "accelerator",
+            "parallel_devices",
+            "cluster_environment",
+            "checkpoint_io",
+            "precision",
+            "process_group_backend",
+            "timeout",
+            "start_method",
+        ),
+        start_method="popen",
+    )
     def __init__(self, **ddp_kwargs: Any) -> None:
         wiring, ddp_kwargs = split_wiring(ddp_kwargs)
         super().__init__(**wiring)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor
 from torch.nn import DataParallel, Module
 
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.strategies.wiring import ParallelWiring, wired
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DataParallelStrategy"]
 
@@ -22,6 +26,10 @@ class DataParallelStrategy(ParallelStrategy):
     """
 
     single_process: ClassVar[bool] = True
+
+    @wired(ParallelWiring, positional=("accelerator", "parallel_devices", "checkpoint_io", "precision"))
+    def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
+        super().__init__(**wiring)
 
     def setup_module(self, module: Module) -> DataParallel[Module]:
         """Wrap ``module`` in ``DataParallel`` over the parallel devices."""

@@ -30,6 +30,22 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedStrategy"]
 
 
+#: The parameters a call may pass by position, in Lightning's order (own options and wiring mixed).
+# fmt: off
+_POSITIONAL: Final = (
+    "accelerator", "zero_optimization", "stage", "remote_device", "offload_optimizer", "offload_parameters",
+    "offload_params_device", "nvme_path", "params_buffer_count", "params_buffer_size", "max_in_cpu",
+    "offload_optimizer_device", "optimizer_buffer_count", "block_size", "queue_depth", "single_submit",
+    "overlap_events", "thread_count", "pin_memory", "sub_group_size", "contiguous_gradients", "overlap_comm",
+    "allgather_partitions", "reduce_scatter", "allgather_bucket_size", "reduce_bucket_size",
+    "zero_allow_untested_optimizer", "logging_batch_size_per_gpu", "config", "logging_level", "parallel_devices",
+    "cluster_environment", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
+    "partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+    "synchronize_checkpoint_boundary", "load_full_weights", "precision", "process_group_backend", "timeout",
+    "exclude_frozen_parameters"
+)
+# fmt: on
+
 
 class DeepSpeedStrategy(ParallelStrategy):
     """Train with DeepSpeed's ZeRO: each process holds a shard of the optimizer state (stage 1), also of the
@@ -94,7 +110,7 @@ class DeepSpeedStrategy(ParallelStrategy):
     #: Lightning's variable naming a config file (``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` is read first).
     DEEPSPEED_ENV_VAR: ClassVar[str] = _config.LIGHTNING_CONFIG_PATH_VARIABLE
 
-    @wired(ParallelWiring, start_method="popen")
+    @wired(ParallelWiring, positional=_POSITIONAL, start_method="popen")
     def __init__(
         self,
         zero_optimization: bool = True,

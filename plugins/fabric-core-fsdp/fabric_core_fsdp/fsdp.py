@@ -136,7 +136,26 @@ class FSDPStrategy(ShardedStrategy):
         UnknownShardingStrategyError: An unknown ``sharding_strategy`` name (also a ``KeyError``).
     """
 
-    @wired(ParallelWiring, start_method="popen")
+    @wired(
+        ParallelWiring,
+        positional=(
+            "accelerator",
+            "parallel_devices",
+            "cluster_environment",
+            "precision",
+            "process_group_backend",
+            "timeout",
+            "cpu_offload",
+            "mixed_precision",
+            "auto_wrap_policy",
+            "activation_checkpointing",
+            "activation_checkpointing_policy",
+            "sharding_strategy",
+            "state_dict_type",
+            "device_mesh",
+        ),
+        start_method="popen",
+    )
     def __init__(
         self,
         auto_wrap_policy: Policy | Callable[[Module], bool] | None = None,

@@ -56,7 +56,18 @@ class ModelParallelStrategy(ShardedStrategy):
         InvalidConfigError: No ``parallelize_fn``, or sizes that are not positive ints or ``"auto"``.
     """
 
-    @wired(ParallelWiring, start_method="popen")
+    @wired(
+        ParallelWiring,
+        positional=(
+            "parallelize_fn",
+            "data_parallel_size",
+            "tensor_parallel_size",
+            "save_distributed_checkpoint",
+            "process_group_backend",
+            "timeout",
+        ),
+        start_method="popen",
+    )
     def __init__(
         self,
         parallelize_fn: Callable[[Module, DeviceMesh], Module] | None = None,

@@ -40,16 +40,16 @@ class FSDPPrecision(LossScaling):
 
     Args:
         precision: One of ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``.
-        device: The device type autocast runs on (``"cuda"``, ``"cpu"``), or a device.
         scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``. The
             ``ShardedGradScaler`` that Lightning code passes works the same (it is a ``GradScaler``).
+        device: The device type autocast runs on (``"cuda"``, ``"cpu"``), or a device.
 
     Raises:
         InvalidConfigError: An unsupported ``precision``, or a scaler with a precision other than ``"16-mixed"``.
     """
 
     def __init__(
-        self, precision: str = "32-true", device: str | torch.device = "cuda", scaler: GradScaler | None = None
+        self, precision: str = "32-true", scaler: GradScaler | None = None, *, device: str | torch.device = "cuda"
     ):
         mode = supported(_MODES, precision, f"`FSDPPrecision(precision={precision!r})`")
         if scaler is not None and precision != "16-mixed":

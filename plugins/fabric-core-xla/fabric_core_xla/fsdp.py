@@ -58,7 +58,19 @@ class XLAFSDPStrategy(XLAStrategy):
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    @wired(DevicesWiring)
+    @wired(
+        DevicesWiring,
+        positional=(
+            "accelerator",
+            "parallel_devices",
+            "checkpoint_io",
+            "precision",
+            "auto_wrap_policy",
+            "activation_checkpointing_policy",
+            "state_dict_type",
+            "sequential_save",
+        ),
+    )
     def __init__(
         self,
         auto_wrap_policy: set[type[Module]] | Callable[..., bool] | None = None,

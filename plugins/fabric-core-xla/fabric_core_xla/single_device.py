@@ -34,7 +34,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    @wired(Wiring)
+    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         xla_device.require_torch_xla(type(self).__name__)
         if isinstance(device, int) and not isinstance(device, bool):
@@ -57,7 +57,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
 class SingleTPUStrategy(SingleDeviceXLAStrategy):
     """Deprecated (as in Lightning): use :class:`SingleDeviceXLAStrategy` (``strategy="single_xla"``)."""
 
-    @wired(Wiring)
+    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         rank_zero_deprecation(
             "The `SingleTPUStrategy` class is deprecated. Use `fabric_core.strategies.SingleDeviceXLAStrategy` "

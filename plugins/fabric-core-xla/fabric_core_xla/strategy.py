@@ -52,7 +52,10 @@ class XLAStrategy(ParallelStrategy):
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    @wired(DevicesWiring)
+    @wired(
+        DevicesWiring,
+        positional=("accelerator", "parallel_devices", "checkpoint_io", "precision", "sync_module_states"),
+    )
     def __init__(self, sync_module_states: bool = True, **wiring: Unpack[DevicesWiring]) -> None:
         device.require_torch_xla(type(self).__name__)
         # torch_xla's runtime places the processes and joins them: neither is the user's to choose.
