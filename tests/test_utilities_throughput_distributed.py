@@ -14,34 +14,9 @@ from typing import Any
 
 import pytest
 
-from fabric_core.testing import run_in_own_session
+from fabric_core.testing import RecordingLogger, run_in_own_session
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(90)]
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.rows: list[tuple[dict[str, float], int | None]] = []
-
-    @property
-    def name(self) -> str:
-        return "recorder"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.rows.append((dict(metrics), step))
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def save(self) -> None:
-        pass
-
-    def finalize(self, status: str) -> None:
-        pass
 
 
 def _run(fabric: Any, out_dir: str) -> None:
@@ -81,12 +56,12 @@ def test_monitor_reports_the_world_and_logs_on_rank_zero_only(seen: list[dict[st
         "flops_per_sec": 200.0,
         "device/flops_per_sec": 100.0,
     }
-    assert zero["logged"] == expected and zero["rows"] == [[expected, 0]]
+    assert zero["logged"] == expected and zero["rows"] == [[0, expected]]
     assert one["logged"] == {} and one["rows"] == []
 
 
 if __name__ == "__main__":
     from fabric_core import Fabric
 
-    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn", loggers=_Recorder())
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn", loggers=RecordingLogger())
     fabric.launch(_run, sys.argv[1])
