@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _harness import CORE, RAW, Goal, RowResult, interleave, row_result, time_block
-from rows_steps import _model, _repeat_for
+from _harness import CORE, RAW, Goal, RowResult, row_result
+from rows_steps import _interleave_steps, _model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -60,9 +60,7 @@ def _row(quick: bool) -> RowResult:
         CORE: _loader_step(fabric.setup_dataloaders(plain(), move_to_device=False), copy.deepcopy(base)),
         MOVED: _loader_step(fabric.setup_dataloaders(plain()), copy.deepcopy(base)),
     }
-    repeat = _repeat_for(steps[RAW])
-    measures = {name: (lambda s=step: time_block(s, repeat)) for name, step in steps.items()}
-    values = interleave(measures, rounds=10 if quick else 30, seed=11)
+    values, repeat = _interleave_steps(steps, quick, seed=11)
     return row_result(
         "steps_data_position",
         "steps/s MLP 784-256-10, batch 64, from a shuffled DataLoader: position-tracking loader vs plain",

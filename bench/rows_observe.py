@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _harness import CORE, RAW, Goal, RowResult, interleave, row_result, time_block
-from rows_steps import _fabric_step, _model, _raw_step, _repeat_for
+from _harness import CORE, RAW, Goal, RowResult, row_result
+from rows_steps import _fabric_step, _interleave_steps, _model, _raw_step
 from torch import nn
 
 __all__ = ["collect"]
@@ -76,9 +76,7 @@ def _row(quick: bool) -> RowResult:
             CORE: watched_step,
             PLAIN: _fabric_step(Fabric(accelerator="cpu", devices=1), copy.deepcopy(base), x, y),
         }
-        repeat = _repeat_for(steps[RAW])
-        measures = {name: (lambda s=step: time_block(s, repeat)) for name, step in steps.items()}
-        values = interleave(measures, rounds=10 if quick else 30, seed=5)
+        values, repeat = _interleave_steps(steps, quick, seed=5)
         close()
     return row_result(
         "steps_mlp_watched",

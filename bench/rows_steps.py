@@ -140,6 +140,15 @@ def _repeat_for(step: Callable[[], None]) -> int:
     return max(5, int(BLOCK_SECONDS / max(per_call, 1e-7)))
 
 
+def _interleave_steps(
+    steps: dict[str, Callable[[], None]], quick: bool, seed: int
+) -> tuple[dict[str, list[float]], int]:
+    """Time every step function in blocks sized by the raw one's speed, interleaved; the values and block size."""
+    repeat = _repeat_for(steps[RAW])
+    measures = {name: (lambda s=step: time_block(s, repeat)) for name, step in steps.items()}
+    return interleave(measures, rounds=10 if quick else 30, seed=seed), repeat
+
+
 def _step_row(key: str, quick: bool) -> RowResult:
     model_name, precision, goal = _STEP_ROWS[key]
     base, x, y = _model(model_name)
@@ -156,9 +165,7 @@ def _step_row(key: str, quick: bool) -> RowResult:
         steps[LIGHTNING] = _fabric_step(lightning, copy.deepcopy(base), x, y)
     if _installed("accelerate"):
         steps[ACCELERATE] = _accelerate_step(copy.deepcopy(base), x, y, precision)
-    repeat = _repeat_for(steps[RAW])
-    measures = {name: (lambda s=step: time_block(s, repeat)) for name, step in steps.items()}
-    values = interleave(measures, rounds=10 if quick else 30, seed=2)
+    values, repeat = _interleave_steps(steps, quick, seed=2)
     result = row_result(
         key,
         f"steps/s {_TITLES[model_name]}, {precision}",
