@@ -22,7 +22,7 @@ from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
-from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, ParallelWiring, Placement, wired
+from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, PARALLEL_WIRING_ORDER, ParallelWiring, Placement, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
@@ -143,10 +143,7 @@ class ParallelStrategy(Strategy):
     #: `all_gather` takes a whole nested collection and packs it into as few collectives as it can.
     gathers_collections: ClassVar[bool] = True
 
-    @wired(
-        ParallelWiring,
-        positional=("accelerator", "parallel_devices", "cluster_environment", "checkpoint_io", "precision"),
-    )
+    @wired(ParallelWiring, positional=PARALLEL_WIRING_ORDER[:5])  # Lightning's takes the first five by position
     def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
         super().__init__(
             accelerator=wiring.get("accelerator"),

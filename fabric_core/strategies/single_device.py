@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabric_core.strategies.strategy import Strategy
-from fabric_core.strategies.wiring import Placement, Wiring, wired
+from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -19,7 +19,7 @@ __all__ = ["SingleDeviceStrategy"]
 class SingleDeviceStrategy(Strategy):
     """Runs everything in this process on one device; collectives are the identity."""
 
-    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
+    @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         super().__init__(**wiring)
         self._device = torch.device(device) if device is not None else None

@@ -16,7 +16,7 @@ from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import load_module, restore_state
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies.wiring import Placement, Wiring, wired
+from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.init import EmptyInit
 from fabric_core.utilities.types import PathLike, Stateful
@@ -75,7 +75,7 @@ class Strategy(ABC):
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
 
-    @wired(Wiring, positional=("accelerator", "checkpoint_io", "precision"))
+    @wired(Wiring, positional=WIRING_ORDER)
     def __init__(self, **wiring: Unpack[Wiring]) -> None:
         self._accelerator = wiring.get("accelerator")
         self._checkpoint_io = wiring.get("checkpoint_io")

@@ -26,7 +26,18 @@ if TYPE_CHECKING:
     from fabric_core.io.checkpoint_io import CheckpointIO
     from fabric_core.precision.precision import Precision
 
-__all__ = ["DEFAULT_PG_TIMEOUT", "DevicesWiring", "ParallelWiring", "Placement", "Wiring", "split_wiring", "wired"]
+__all__ = [
+    "DEFAULT_PG_TIMEOUT",
+    "DEVICES_WIRING_ORDER",
+    "PARALLEL_WIRING_ORDER",
+    "WIRING_ORDER",
+    "DevicesWiring",
+    "ParallelWiring",
+    "Placement",
+    "Wiring",
+    "split_wiring",
+    "wired",
+]
 
 #: How long a collective waits for the other ranks before failing (torch's own default).
 DEFAULT_PG_TIMEOUT: Final = timedelta(minutes=30)
@@ -56,6 +67,21 @@ class ParallelWiring(DevicesWiring, total=False):
     #: ``"popen"``, ``"spawn"``, ``"fork"`` or ``"forkserver"``; ``None``: ``fabric.launch()`` starts nothing.
     start_method: str | None
 
+
+#: Lightning's positional order of each wiring, for ``wired(positional=...)``; a strategy whose own options
+#: follow them by position lists those after (``(*DEVICES_WIRING_ORDER, "sync_module_states")``).
+WIRING_ORDER: Final = ("accelerator", "checkpoint_io", "precision")
+DEVICES_WIRING_ORDER: Final = ("accelerator", "parallel_devices", "checkpoint_io", "precision")
+PARALLEL_WIRING_ORDER: Final = (
+    "accelerator",
+    "parallel_devices",
+    "cluster_environment",
+    "checkpoint_io",
+    "precision",
+    "process_group_backend",
+    "timeout",
+    "start_method",
+)
 
 #: The default of each wiring keyword that is not ``None``.
 _DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({"timeout": DEFAULT_PG_TIMEOUT})

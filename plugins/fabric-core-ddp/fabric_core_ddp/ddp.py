@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.parallel import ParallelStrategy, check_forwarded_options
 from fabric_core.strategies.strategy import BackwardSyncControl
-from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
+from fabric_core.strategies.wiring import PARALLEL_WIRING_ORDER, ParallelWiring, split_wiring, wired
 
 __all__ = ["DDPStrategy"]
 
@@ -38,20 +38,7 @@ class DDPStrategy(ParallelStrategy):
         UnknownOptionError: A keyword argument that ``DistributedDataParallel`` does not take either.
     """
 
-    @wired(
-        ParallelWiring,
-        positional=(
-            "accelerator",
-            "parallel_devices",
-            "cluster_environment",
-            "checkpoint_io",
-            "precision",
-            "process_group_backend",
-            "timeout",
-            "start_method",
-        ),
-        start_method="popen",
-    )
+    @wired(ParallelWiring, positional=PARALLEL_WIRING_ORDER, start_method="popen")
     def __init__(self, **ddp_kwargs: Any) -> None:
         wiring, ddp_kwargs = split_wiring(ddp_kwargs)
         super().__init__(**wiring)

@@ -8,7 +8,7 @@ from torch import Tensor
 from torch.nn import DataParallel, Module
 
 from fabric_core.strategies.parallel import ParallelStrategy
-from fabric_core.strategies.wiring import ParallelWiring, wired
+from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, ParallelWiring, wired
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -27,7 +27,7 @@ class DataParallelStrategy(ParallelStrategy):
 
     single_process: ClassVar[bool] = True
 
-    @wired(ParallelWiring, positional=("accelerator", "parallel_devices", "checkpoint_io", "precision"))
+    @wired(ParallelWiring, positional=DEVICES_WIRING_ORDER)
     def __init__(self, **wiring: Unpack[ParallelWiring]) -> None:
         super().__init__(**wiring)
 

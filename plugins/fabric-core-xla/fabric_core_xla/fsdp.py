@@ -19,7 +19,7 @@ from torch.optim import Optimizer
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.io.restore import restore_state
 from fabric_core.strategies.strategy import put_filtered
-from fabric_core.strategies.wiring import DevicesWiring, split_wiring, wired
+from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core_xla.strategy import XLAStrategy
 
@@ -61,10 +61,7 @@ class XLAFSDPStrategy(XLAStrategy):
     @wired(
         DevicesWiring,
         positional=(
-            "accelerator",
-            "parallel_devices",
-            "checkpoint_io",
-            "precision",
+            *DEVICES_WIRING_ORDER,
             "auto_wrap_policy",
             "activation_checkpointing_policy",
             "state_dict_type",

@@ -9,7 +9,7 @@ import torch
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
-from fabric_core.strategies.wiring import Wiring, wired
+from fabric_core.strategies.wiring import WIRING_ORDER, Wiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device as xla_device
 from fabric_core_xla.checkpoint_io import XLACheckpointIO
@@ -34,7 +34,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
 
-    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
+    @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         xla_device.require_torch_xla(type(self).__name__)
         if isinstance(device, int) and not isinstance(device, bool):
@@ -57,7 +57,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
 class SingleTPUStrategy(SingleDeviceXLAStrategy):
     """Deprecated (as in Lightning): use :class:`SingleDeviceXLAStrategy` (``strategy="single_xla"``)."""
 
-    @wired(Wiring, positional=("device", "accelerator", "checkpoint_io", "precision"))
+    @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         rank_zero_deprecation(
             "The `SingleTPUStrategy` class is deprecated. Use `fabric_core.strategies.SingleDeviceXLAStrategy` "

@@ -16,7 +16,7 @@ from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.strategy import Strategy
-from fabric_core.strategies.wiring import DevicesWiring, wired
+from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_only
 from fabric_core_xla import device
@@ -54,7 +54,7 @@ class XLAStrategy(ParallelStrategy):
 
     @wired(
         DevicesWiring,
-        positional=("accelerator", "parallel_devices", "checkpoint_io", "precision", "sync_module_states"),
+        positional=(*DEVICES_WIRING_ORDER, "sync_module_states"),
     )
     def __init__(self, sync_module_states: bool = True, **wiring: Unpack[DevicesWiring]) -> None:
         device.require_torch_xla(type(self).__name__)
