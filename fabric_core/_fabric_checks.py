@@ -272,8 +272,8 @@ def no_logger() -> NoReturn:
     )
 
 
-def check_launch(strategy: Strategy, function: object | None, cli: bool) -> None:
-    """Validate ``fabric.launch(function)`` (``function`` is ``None`` when none was given).
+def check_launch(strategy: Strategy, function: object, cli: bool, *, given: bool = True) -> None:
+    """Validate ``fabric.launch(function)``; ``given`` is false when the call named no function.
 
     Raises:
         RuntimeError: The processes were started by ``fabric-core run`` already (``cli``).
@@ -285,7 +285,7 @@ def check_launch(strategy: Strategy, function: object | None, cli: bool) -> None
             "This script was launched through the CLI, and processes have already been created. Calling "
             "`.launch()` again is not allowed."
         )
-    if function is None:
+    if not given:
         launcher = strategy.launcher
         if launcher is not None and launcher.requires_function:
             raise TypeError(

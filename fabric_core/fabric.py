@@ -457,7 +457,7 @@ class Fabric(Checkpoints):
             TypeError: ``function`` is not callable or takes no argument, or the strategy needs one.
         """
         given = function is not _do_nothing
-        checks.check_launch(self._strategy, function if given else None, cli=_launched_by_cli())
+        checks.check_launch(self._strategy, function, cli=_launched_by_cli(), given=given)
         if not given and self._launched:
             return None
         return self._wrap_and_launch(function, self, *args, **kwargs)

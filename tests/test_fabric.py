@@ -360,6 +360,7 @@ def test_launch_without_function_is_idempotent() -> None:
     ("function", "message"),
     [
         (42, r"`Fabric.launch\(...\)` needs to be a callable, but got 42. HINT: do `.launch\(your_fn\)` instead"),
+        (None, r"`Fabric.launch\(...\)` needs to be a callable, but got None. HINT"),
         (lambda: None, r"`Fabric.launch\(function=.*\)` needs to take at least one argument. The launcher will pass"),
     ],
 )

@@ -345,6 +345,23 @@ def _launch_function(lib: Any, tmp: Path) -> Any:
     return fabric.launch(lambda f, x: (f.world_size, x), 5)
 
 
+def _launch_with(function: Any) -> Callable[[Any, Path], Any]:
+    def fn(lib: Any, tmp: Path) -> Any:
+        return _fabric(lib).launch(function)
+
+    return fn
+
+
+def _launch_twice(lib: Any, tmp: Path) -> Any:
+    fabric = _fabric(lib)
+    return [fabric.launch(), fabric.launch(), fabric.launch(lambda f, y=1: (f.global_rank, y), y=2)]
+
+
+def _launch_spawn_without_function(lib: Any, tmp: Path) -> Any:
+    # Refused before any process starts: the spawned processes would have nothing to run.
+    return _fabric(lib, strategy="ddp_spawn", devices=2).launch()
+
+
 def _setup_train(lib: Any, tmp: Path) -> Any:
     return _train(lib)
 
@@ -743,6 +760,15 @@ FABRIC = [
     Case("properties", _properties),
     Case("logger-without-loggers", _logger_without_loggers, phrase=r""),
     Case("launch-function", _launch_function),
+    Case("launch-none", _launch_with(None), phrase=r"needs to be a callable, but got None"),
+    Case("launch-called-result", _launch_with("result of fn()"), phrase=r"needs to be a callable.*HINT"),
+    Case("launch-no-parameter", _launch_with(lambda: 1), phrase=r"needs to take at least one argument"),
+    Case("launch-twice", _launch_twice),
+    Case(
+        "launch-spawn-without-function",
+        _launch_spawn_without_function,
+        phrase=r"`DDPStrategy` strategy, `\.launch\(\)` needs to be called with a function",
+    ),
     Case("ddp-strategy-before-setup", _ddp_before_setup),
     Case("setup-train", _setup_train),
     Case("clip-gradients-norm", _setup_clip_norm),
