@@ -325,13 +325,11 @@ def test_setup_dataloaders_can_keep_a_custom_sampler() -> None:
 
 
 def test_setup_dataloaders_seeds_workers_after_seed_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "0")
+    monkeypatch.delenv("FABRIC_CORE_SEED_WORKERS", raising=False)
     monkeypatch.setenv("PL_GLOBAL_SEED", "0")
-    monkeypatch.setenv("FABRIC_CORE_SEED_WORKERS", "0")
     monkeypatch.setenv("PL_SEED_WORKERS", "0")
-    monkeypatch.setenv("FABRIC_CORE_SEED_WRITTEN", "0")
     assert Fabric.seed_everything(3) == 3  # workers default to True here
-    assert os.environ["FABRIC_CORE_SEED_WORKERS"] == "1"
+    assert os.environ["PL_SEED_WORKERS"] == "1"
     wrapped = make_fabric().setup_dataloaders(DataLoader(dataset()))
     assert wrapped.dataloader.worker_init_fn is not None
     Fabric.seed_everything(3, workers=False)
@@ -742,7 +740,7 @@ def test_scalar_conversion_matches_lightning(metrics: Any) -> None:
 
 def test_seed_everything_seeds_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     seed_vars = ("FABRIC_CORE_GLOBAL_SEED", "PL_GLOBAL_SEED", "FABRIC_CORE_SEED_WORKERS", "PL_SEED_WORKERS")
-    for name in (*seed_vars, "FABRIC_CORE_SEED_WRITTEN"):
+    for name in seed_vars:
         monkeypatch.setenv(name, "0")
     Fabric.seed_everything(7)
     first = torch.rand(3)

@@ -6,8 +6,12 @@ The same loader is set up by each library's ``Fabric`` after each library's
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -69,3 +73,42 @@ def test_seeded_workers_of_another_rank_draw_lightnings_numbers() -> None:
     ours, theirs = _both(rank=3)
     assert ours == theirs
     assert ours != _both()[0]
+
+
+# Each package seeds in a fresh interpreter and reports what seeding added to or changed in os.environ.
+_ENV_SCRIPT = """
+import importlib, json, os, sys, warnings
+warnings.simplefilter("ignore")
+package, call = sys.argv[1], sys.argv[2]
+before = dict(os.environ)
+seed_everything = importlib.import_module(package).seed_everything
+eval(call, {"seed_everything": seed_everything})
+print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))
+"""
+
+
+def _environment_added(package: str, call: str) -> dict[str, str]:
+    from fabric_core.testing import run_in_own_session
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PL_", "FABRIC_CORE_"))}
+    done = run_in_own_session([sys.executable, "-c", _ENV_SCRIPT, package, call], timeout=120, env=env)
+    assert done.returncode == 0, f"{package}: {call} failed:\n{done.stdout[-2000:]}"
+    added: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return added
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("seed_everything(42)", {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "0"}),
+        ("seed_everything(42, workers=True)", {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "1"}),
+        ("seed_everything()", {"PL_GLOBAL_SEED": "0", "PL_SEED_WORKERS": "0"}),
+    ],
+)
+def test_seed_everything_leaves_lightnings_environment(call: str, expected: dict[str, str]) -> None:
+    pytest.importorskip("lightning_fabric")
+    with ThreadPoolExecutor(2) as pool:
+        theirs, ours = pool.map(lambda package: _environment_added(package, call), ("lightning_fabric", "fabric_core"))
+    assert theirs == expected  # the comparison is against what Lightning really does, not an empty dict
+    assert ours == theirs

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import sys
 from collections.abc import Iterator
 from functools import partial
 
@@ -14,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from fabric_core.errors import InvalidConfigError
+from fabric_core.testing import run_in_own_session
 from fabric_core.utilities.seed import (
     reset_seed,
     seed_everything,
@@ -27,7 +30,6 @@ _SEED_VARS = (
     "PL_GLOBAL_SEED",
     "FABRIC_CORE_SEED_WORKERS",
     "PL_SEED_WORKERS",
-    "FABRIC_CORE_SEED_WRITTEN",
 )
 
 
@@ -46,12 +48,11 @@ def _draws() -> tuple[list[float], float, list[float]]:
     return torch.rand(3).tolist(), random.random(), np.random.rand(3).tolist()
 
 
-def test_seed_everything_returns_the_seed_and_records_it() -> None:
+def test_seed_everything_returns_the_seed_and_records_it_in_lightnings_variables_only() -> None:
+    before = dict(os.environ)
     assert seed_everything(123) == 123
-    assert os.environ["FABRIC_CORE_GLOBAL_SEED"] == "123"
-    assert os.environ["PL_GLOBAL_SEED"] == "123"
-    assert os.environ["FABRIC_CORE_SEED_WORKERS"] == "0"
-    assert os.environ["PL_SEED_WORKERS"] == "0"
+    added = {name: value for name, value in os.environ.items() if before.get(name) != value}
+    assert added == {"PL_GLOBAL_SEED": "123", "PL_SEED_WORKERS": "0"}
 
 
 def test_seed_everything_makes_torch_random_and_numpy_repeatable() -> None:
@@ -63,10 +64,20 @@ def test_seed_everything_makes_torch_random_and_numpy_repeatable() -> None:
     assert _draws() != first
 
 
-def test_seed_everything_reads_its_own_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_seed_everything_falls_back_to_its_own_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "31")
+    assert seed_everything() == 31
+    assert os.environ["PL_GLOBAL_SEED"] == "31"
+    assert os.environ["FABRIC_CORE_GLOBAL_SEED"] == "31"  # read, never written
+
+
+def test_lightnings_variable_wins_over_our_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "31")
     monkeypatch.setenv("PL_GLOBAL_SEED", "99")
-    assert seed_everything() == 31
+    assert seed_everything() == 99
+    # Once seed_everything has recorded a seed, our variable no longer decides: Lightning's holds the record.
+    seed_everything(42)
+    assert seed_everything() == 42
 
 
 def test_a_newer_lightning_seed_wins_over_the_one_seed_everything_wrote() -> None:
@@ -74,14 +85,6 @@ def test_a_newer_lightning_seed_wins_over_the_one_seed_everything_wrote() -> Non
     seed_everything(42)
     os.environ["PL_GLOBAL_SEED"] = "123"
     assert seed_everything() == 123
-    assert os.environ["FABRIC_CORE_GLOBAL_SEED"] == os.environ["PL_GLOBAL_SEED"] == "123"
-
-
-def test_a_newer_own_seed_wins_over_the_one_seed_everything_wrote() -> None:
-    seed_everything(42)
-    os.environ["FABRIC_CORE_GLOBAL_SEED"] = "7"
-    assert seed_everything() == 7
-    assert os.environ["PL_GLOBAL_SEED"] == "7"
 
 
 def test_reset_seed_applies_a_newer_lightning_seed() -> None:
@@ -96,7 +99,7 @@ def test_reset_seed_applies_a_newer_lightning_seed() -> None:
 def test_seed_everything_reads_lightnings_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PL_GLOBAL_SEED", "99")
     assert seed_everything() == 99
-    assert os.environ["FABRIC_CORE_GLOBAL_SEED"] == "99"
+    assert "FABRIC_CORE_GLOBAL_SEED" not in os.environ
 
 
 def test_seed_everything_without_any_seed_warns_and_uses_zero() -> None:
@@ -104,9 +107,11 @@ def test_seed_everything_without_any_seed_warns_and_uses_zero() -> None:
         assert seed_everything() == 0
 
 
-def test_seed_everything_rejects_a_non_integer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "forty-two")
-    with pytest.raises(ValueError, match=r"FABRIC_CORE_GLOBAL_SEED='forty-two' is not a valid seed"):
+@pytest.mark.parametrize("name", ["PL_GLOBAL_SEED", "FABRIC_CORE_GLOBAL_SEED"])
+def test_seed_everything_rejects_a_non_integer_environment(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "forty-two")
+    message = rf"^Invalid seed specified via {name}: 'forty-two'; it must be an integer from 0 to 4294967295"
+    with pytest.raises(ValueError, match=message):
         seed_everything()
 
 
@@ -128,12 +133,18 @@ def test_seed_everything_casts_a_string_seed() -> None:
 def test_seed_everything_records_worker_seeding() -> None:
     assert not seed_workers_enabled()
     seed_everything(1, workers=True)
-    assert os.environ["FABRIC_CORE_SEED_WORKERS"] == "1"
     assert os.environ["PL_SEED_WORKERS"] == "1"
+    assert "FABRIC_CORE_SEED_WORKERS" not in os.environ
     assert seed_workers_enabled()
+    seed_everything(1)
+    assert not seed_workers_enabled()
 
 
-def test_seed_workers_enabled_reads_lightnings_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_seed_workers_enabled_reads_lightnings_variable_then_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRIC_CORE_SEED_WORKERS", "1")
+    assert seed_workers_enabled()
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
+    assert not seed_workers_enabled()
     monkeypatch.setenv("PL_SEED_WORKERS", "1")
     assert seed_workers_enabled()
 
@@ -156,7 +167,6 @@ def test_reset_seed_reapplies_the_recorded_seed() -> None:
     seed_everything(21, workers=True)
     first = _draws()
     _draws()
-    os.environ["FABRIC_CORE_SEED_WORKERS"] = "0"
     os.environ["PL_SEED_WORKERS"] = "0"
     reset_seed()
     assert _draws() == first
@@ -171,10 +181,28 @@ def test_reset_seed_keeps_worker_seeding() -> None:
 def test_reset_seed_honours_lightnings_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     seed_everything(5)
     expected = _draws()
-    monkeypatch.delenv("FABRIC_CORE_GLOBAL_SEED")
+    seed_everything(6)
     monkeypatch.setenv("PL_GLOBAL_SEED", "5")
     reset_seed()
     assert _draws() == expected
+
+
+_CHILD = """
+import json, torch
+from fabric_core.utilities.seed import reset_seed, seed_workers_enabled
+reset_seed()
+print(json.dumps([torch.rand(3).tolist(), seed_workers_enabled()]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_reset_seed_in_a_started_process_applies_the_parents_seed() -> None:
+    seed_everything(21, workers=True)
+    expected = torch.rand(3).tolist()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_CORE_")}
+    child = run_in_own_session([sys.executable, "-c", _CHILD], timeout=90, env=env)
+    assert child.returncode == 0, child.stdout
+    assert json.loads(child.stdout.strip().splitlines()[-1]) == [expected, True]
 
 
 def test_reset_seed_without_a_recorded_seed_leaves_the_generators_alone() -> None:
@@ -182,7 +210,7 @@ def test_reset_seed_without_a_recorded_seed_leaves_the_generators_alone() -> Non
     state = torch.get_rng_state()
     reset_seed()
     assert torch.equal(torch.get_rng_state(), state)
-    assert "FABRIC_CORE_GLOBAL_SEED" not in os.environ
+    assert "PL_GLOBAL_SEED" not in os.environ
 
 
 def _worker_draws(base_seed: int, worker_id: int, rank: int | None) -> tuple[list[float], float, list[float]]:

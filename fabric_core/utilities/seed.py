@@ -1,7 +1,9 @@
 """Seeding of every random number generator: the process's, each DataLoader worker's, each rank's.
 
-The seed is kept in the environment (``FABRIC_CORE_GLOBAL_SEED``, mirrored to Lightning's
-``PL_GLOBAL_SEED``) so that processes started later (spawned workers, ``reset_seed``) apply the same one.
+The seed is recorded where Lightning records it, in ``PL_GLOBAL_SEED`` and ``PL_SEED_WORKERS``, and nowhere
+else: processes started later (by ``fabric-core run``, a launcher, a spawned DataLoader worker) inherit the
+environment, so ``reset_seed`` and ``seed_everything()`` there apply the same seed, and a program that checks
+what seeding left in ``os.environ`` finds exactly what Lightning leaves.
 """
 
 from __future__ import annotations
@@ -45,21 +47,19 @@ MAX_SEED_VALUE: Final = 2**32 - 1
 min_seed_value: Final = MIN_SEED_VALUE
 max_seed_value: Final = MAX_SEED_VALUE
 
-SEED_ENV: Final = "FABRIC_CORE_GLOBAL_SEED"
-SEED_WORKERS_ENV: Final = "FABRIC_CORE_SEED_WORKERS"
-# Lightning's names, read and written too, so that code and launchers written for Lightning keep working.
-_LIGHTNING_SEED_ENV: Final = "PL_GLOBAL_SEED"
-_LIGHTNING_SEED_WORKERS_ENV: Final = "PL_SEED_WORKERS"
-# The value seed_everything last wrote to both seed variables. When they differ, the one that no longer holds
-# it was set since, by a launcher or the user, and is the newer one (Lightning reads PL_GLOBAL_SEED only).
-_SEED_WRITTEN_ENV: Final = "FABRIC_CORE_SEED_WRITTEN"
+# Lightning's names: seed_everything writes these two and nothing else.
+SEED_ENV: Final = "PL_GLOBAL_SEED"
+SEED_WORKERS_ENV: Final = "PL_SEED_WORKERS"
+# Read only, where Lightning's variable is unset: a user may export them before the first seed_everything().
+_OWN_SEED_ENV: Final = "FABRIC_CORE_GLOBAL_SEED"
+_OWN_SEED_WORKERS_ENV: Final = "FABRIC_CORE_SEED_WORKERS"
 
 
 def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed ``random``, ``numpy`` (if installed) and torch on every device, and record the seed.
 
     Args:
-        seed: The seed. ``None`` reads ``FABRIC_CORE_GLOBAL_SEED`` (then ``PL_GLOBAL_SEED``), else uses 0.
+        seed: The seed. ``None`` reads ``PL_GLOBAL_SEED`` (then ``FABRIC_CORE_GLOBAL_SEED``), else uses 0.
         workers: Also seed each DataLoader worker distinctly (see :func:`worker_init_function`); Fabric
             installs that function on the dataloaders it sets up.
         verbose: Log the seed that was set.
@@ -84,11 +84,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         show_info_lines()
         # Prefixed with the rank only where a launcher announced one (one process: plain "Seed set to 42").
         _log.info(rank_prefixed_message(f"Seed set to {seed}", announced_rank()))
-    for var in (SEED_ENV, _LIGHTNING_SEED_ENV, _SEED_WRITTEN_ENV):
-        os.environ[var] = str(seed)
+    os.environ[SEED_ENV] = str(seed)
     _seed_generators(seed)
-    for var in (SEED_WORKERS_ENV, _LIGHTNING_SEED_WORKERS_ENV):
-        os.environ[var] = str(int(workers))
+    os.environ[SEED_WORKERS_ENV] = str(int(workers))
     return seed
 
 
@@ -118,38 +116,37 @@ def reset_seed() -> None:
 
 
 def recorded_seed() -> int | None:
-    """The seed in ``FABRIC_CORE_GLOBAL_SEED`` (else ``PL_GLOBAL_SEED``), or ``None`` if neither is set.
-
-    :func:`seed_everything` writes both; where one of them was set to another value since, that newer
-    value is the seed.
+    """The seed in ``PL_GLOBAL_SEED`` (else ``FABRIC_CORE_GLOBAL_SEED``), or ``None`` if neither is set.
 
     Raises:
         InvalidConfigError: The variable does not hold an integer.
     """
-    names = (SEED_ENV, _LIGHTNING_SEED_ENV)
-    ours, theirs = (os.environ.get(name) for name in names)
-    if ours is not None and theirs is not None and ours != theirs and ours == os.environ.get(_SEED_WRITTEN_ENV):
-        names = (_LIGHTNING_SEED_ENV, SEED_ENV)
-    for name in names:
-        value = os.environ.get(name)
-        if value is None:
-            continue
-        try:
-            return int(value)
-        except ValueError:
-            raise InvalidConfigError(
-                f"The environment variable {name}={value!r} is not a valid seed: it must be an integer "
-                f"from {MIN_SEED_VALUE} to {MAX_SEED_VALUE}.",
-                argument="seed",
-                value=value,
-            ) from None
-    return None
+    name, value = _first_set(SEED_ENV, _OWN_SEED_ENV)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidConfigError(
+            f"Invalid seed specified via {name}: {value!r}; it must be an integer from {MIN_SEED_VALUE} to "
+            f"{MAX_SEED_VALUE}.",
+            argument="seed",
+            value=value,
+        ) from None
 
 
 def seed_workers_enabled() -> bool:
-    """Whether ``seed_everything(workers=True)`` asked for per-worker seeding."""
-    value = os.environ.get(SEED_WORKERS_ENV, os.environ.get(_LIGHTNING_SEED_WORKERS_ENV, "0"))
-    return value == "1"
+    """Whether ``seed_everything(workers=True)`` asked for per-worker seeding (``PL_SEED_WORKERS=1``)."""
+    return _first_set(SEED_WORKERS_ENV, _OWN_SEED_WORKERS_ENV)[1] == "1"
+
+
+def _first_set(*names: str) -> tuple[str, str | None]:
+    """The first of ``names`` set in the environment and its value; the last name and ``None`` if none is."""
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None:
+            return name, value
+    return names[-1], None
 
 
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
