@@ -61,6 +61,13 @@ def add_run_parser(sub: Any, runners: Sequence[tuple[str, Any]] = ()) -> None:
         help=f"Port on node 0 (default: MASTER_PORT, else {MULTI_NODE_PORT} with several nodes, else a free port).",
     )
     run.add_argument("--precision", default=None, help="Precision, e.g. 32-true, bf16-mixed.")
+    run.add_argument(
+        "--lightning-imports",
+        "--lightning_imports",
+        dest="lightning_imports",
+        action="store_true",
+        help="Zero-edit mode: the script's `lightning.fabric` / `lightning_fabric` imports are fabric_core's modules.",
+    )
     before = len(run._actions)
     elastic = run.add_argument_group(
         "restarts and rendezvous (--launcher torchrun: torch's elastic agent)",
@@ -129,6 +136,18 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         )
     runner = manager.catalog.get("runner", args.launcher, argument="fabric-core run --launcher ...")
     _refuse_foreign_options(args, runner.name)
+    if getattr(args, "lightning_imports", False):
+        if runner.name != "torchrun":
+            raise InvalidConfigError(
+                f"`fabric-core run --lightning-imports` works with `--launcher torchrun` only, whose workers inherit "
+                f"this process's environment; {runner.name!r} starts them elsewhere. Call "
+                "fabric_core.compat.provide_lightning_fabric() at the top of the script instead.",
+                argument="lightning_imports",
+                value=runner.name,
+            )
+        from fabric_core._lightning_alias import install
+
+        install()  # FABRIC_CORE_LIGHTNING_IMPORTS=1 and the handover folder on PYTHONPATH, for every worker
     return int(runner.load()(args, manager))
 
 

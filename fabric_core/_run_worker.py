@@ -10,7 +10,8 @@ This module makes the worker die with the launcher before any user code runs:
 - a worker whose launcher died before the above was in place exits at once.
 
 Then the script runs as ``__main__`` with its own ``sys.argv`` and its folder first on ``sys.path``, as
-``python SCRIPT`` would run it.
+``python SCRIPT`` would run it; in zero-edit mode (``fabric-core run --lightning-imports`` sets
+``FABRIC_CORE_LIGHTNING_IMPORTS=1``) after ``lightning_fabric`` and ``lightning.fabric`` are made fabric_core's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["CLI_ENV", "LAUNCHER_PID_ENV", "WATCH_SECONDS", "launched_by_cli", "tie_to_launcher", "watch_parent"]
+__all__ = [
+    "CLI_ENV",
+    "LAUNCHER_PID_ENV",
+    "WATCH_SECONDS",
+    "launched_by_cli",
+    "run_script",
+    "tie_to_launcher",
+    "watch_parent",
+]
 
 #: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
 CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
@@ -102,15 +111,29 @@ def tie_to_launcher(launcher: int) -> None:
     watch_parent(launcher)
 
 
+def run_script(argv: Sequence[str]) -> None:
+    """Run ``argv[0]`` as ``__main__`` with ``argv`` as its ``sys.argv``, as ``python SCRIPT ARGS`` would.
+
+    Args:
+        argv: The script's path (a file, or a folder or zip with ``__main__.py``) and its arguments.
+    """
+    script = os.path.abspath(argv[0])
+    sys.argv = [argv[0], *argv[1:]]
+    if os.path.isfile(script):
+        sys.path[0] = os.path.dirname(script)  # runpy puts a folder or zip on sys.path itself
+    runpy.run_path(script, run_name="__main__")
+
+
 def main(argv: Sequence[str]) -> None:
     """Run ``argv[0]`` as ``__main__`` with ``argv`` as its ``sys.argv``, tied to the launcher."""
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     if launcher.isdigit():
         tie_to_launcher(int(launcher))
-    script = os.path.abspath(argv[0])
-    sys.argv = [argv[0], *argv[1:]]
-    sys.path[0] = os.path.dirname(script)
-    runpy.run_path(script, run_name="__main__")
+    from fabric_core._lightning_alias import ENV, install
+
+    if os.environ.get(ENV) == "1":
+        install()
+    run_script(argv)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,10 @@ API_MODULES: Final = frozenset(
         "fabric_core._run",
         "fabric_core._run_checks",
         "fabric_core._run_worker",
+        # zero-edit mode: Lightning's import names served by fabric_core's modules
+        "fabric_core._lightning_alias",
+        "fabric_core.compat",
+        "fabric_core.lightning_imports",
     }
 )
 #: Layers whose modules must not import torch when imported: ``import fabric_core`` and the plugin contract
