@@ -113,6 +113,9 @@ def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
         f"\nworld size {ctx.world_size} = {ctx.num_processes} process(es) x {ctx.num_nodes} node(s); "
         f"processes created externally: {'yes' if ctx.creates_processes_externally else 'no'}"
     )
+    from fabric_core._lightning_alias import describe
+
+    print(describe())
     return 0
 
 
