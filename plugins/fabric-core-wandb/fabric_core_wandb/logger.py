@@ -25,8 +25,12 @@ class WandbLogger(Logger):
 
     Only global rank 0 starts the run (``wandb.init``, on first use); on other ranks every method returns
     without doing anything and :attr:`experiment` is a do-nothing object, so a job on N processes makes
-    exactly one run. ``offline=True`` (or ``WANDB_MODE=offline``) writes the run under ``save_dir/wandb``
+    exactly one run. ``offline=True`` (or ``WANDB_MODE=offline``) writes the run under ``<folder>/wandb``
     without network; ``wandb sync`` uploads it later.
+
+    The folder of the local run files is ``save_dir`` when given, else ``WANDB_DIR`` when set, else the working
+    directory: an explicit argument wins, as with ``wandb.init(dir=...)`` and Lightning's logger, and a
+    ``WANDB_DIR`` that a cluster or a user exports is honoured whenever the code names no folder.
 
     A job resumed from a run checkpoint (:class:`fabric_core.RunCheckpoints`) continues the same run
     (``id=`` and ``resume="allow"``); offline, W&B writes a new run folder with the same id, and ``wandb
@@ -35,7 +39,8 @@ class WandbLogger(Logger):
     Args:
         project: The W&B project (``WANDB_PROJECT`` or W&B's default when ``None``).
         run_name: The run's display name (``run_name``, not ``name``: ``spec(name, ...)`` takes the component's).
-        save_dir: Folder of the local run files (``save_dir/wandb/...``); ``WANDB_DIR`` wins when set.
+        save_dir: Folder of the local run files (``save_dir/wandb/...``); ``None``: ``WANDB_DIR`` if set,
+            else the working directory.
         id: Resume the run with this id (``resume="allow"``) instead of starting one.
         offline: Record locally only.
         prefix: Prepended to every metric name, joined with ``-``.
@@ -54,7 +59,7 @@ class WandbLogger(Logger):
         self,
         project: str | None = None,
         run_name: str | None = None,
-        save_dir: str | os.PathLike[str] = ".",
+        save_dir: str | os.PathLike[str] | None = None,
         id: str | None = None,
         offline: bool = False,
         prefix: str = "",
@@ -71,7 +76,7 @@ class WandbLogger(Logger):
             )
         self._project = project
         self._run_name = run_name
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = None if save_dir is None else os.fspath(save_dir)
         self._id = id
         self._offline = offline
         self._prefix = prefix
@@ -97,13 +102,15 @@ class WandbLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        """``save_dir`` as given."""
-        return self._save_dir
+        """``save_dir`` as given, else ``WANDB_DIR``, else ``"."``."""
+        if self._save_dir is not None:
+            return self._save_dir
+        return os.environ.get("WANDB_DIR") or "."
 
     @property
     def log_dir(self) -> str:
-        """``save_dir``, expanded: W&B writes its run folders under ``log_dir/wandb``."""
-        return _expand(self._save_dir)
+        """:attr:`root_dir`, expanded: W&B writes its run folders under ``log_dir/wandb``."""
+        return _expand(self.root_dir)
 
     @property
     @rank_zero_experiment
@@ -209,7 +216,7 @@ class WandbLogger(Logger):
             self._owns_run = False
             return wandb.run
         self._owns_run = True
-        save_dir = _expand(self._save_dir)
+        save_dir = self.log_dir
         os.makedirs(save_dir, exist_ok=True)
         kwargs = {k: v for k, v in self._init_kwargs.items() if v is not None}
         if self._offline:

@@ -284,3 +284,46 @@ def test_a_preempted_job_resumes_the_same_run(tmp_path: Path) -> None:
     assert [(row["_step"], row["step_value"]) for row in before.history] == [(s, float(s)) for s in range(4)]
     assert [(row["_step"], row["step_value"]) for row in after.history] == [(s, float(s)) for s in range(4, 7)]
     assert after.exit_code == 0
+
+
+# -- where the run files go: save_dir, else WANDB_DIR, else the working directory ---------------------------
+
+
+def _one_step_run(logger: WandbLogger) -> str:
+    logger.log_metrics({"loss": 1.0}, step=0)
+    run_id = str(logger.version)
+    logger.finalize("success")
+    return run_id
+
+
+def test_wandb_dir_holds_the_run_when_no_save_dir_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd, wandb_dir = tmp_path / "cwd", tmp_path / "from-env"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    logger = WandbLogger(project="p")
+    assert logger.root_dir == str(wandb_dir) and logger.log_dir == str(wandb_dir)
+    run_id = _one_step_run(logger)
+    assert the_run(wandb_dir).id == run_id
+    assert list(cwd.iterdir()) == []  # not the ./wandb of the working directory
+
+
+def test_the_working_directory_holds_the_run_without_save_dir_or_wandb_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WANDB_DIR")
+    monkeypatch.chdir(tmp_path)
+    logger = WandbLogger(project="p")
+    assert (logger.root_dir, logger.log_dir) == (".", str(tmp_path))
+    run_id = _one_step_run(logger)
+    assert the_run(tmp_path).id == run_id
+
+
+def test_an_explicit_save_dir_wins_over_wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wandb_dir, save_dir = tmp_path / "from-env", tmp_path / "given"
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    logger = WandbLogger(project="p", save_dir=save_dir)
+    assert logger.log_dir == str(save_dir)
+    run_id = _one_step_run(logger)
+    assert the_run(save_dir).id == run_id
+    assert not wandb_dir.exists()
