@@ -109,10 +109,13 @@ if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path)
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        # `fabric_core.strategies.fsdp.FSDPStrategy` after a bare `import fabric_core`, as with Lightning
-        from fabric_core._deferred import submodule
+        from fabric_core._deferred import lightning_reexports, submodule
 
-        return submodule(__name__, name)
+        try:
+            return lightning_reexports(__name__)(name)  # `disable_possible_user_warnings`, as in Lightning
+        except AttributeError:
+            # `fabric_core.strategies.fsdp.FSDPStrategy` after a bare `import fabric_core`, as with Lightning
+            return submodule(__name__, name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

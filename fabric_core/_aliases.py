@@ -50,10 +50,27 @@ class _AliasLoader:
             ) from exc
         # The import system sets __spec__ on the module it is given; keep the module's own (restored below).
         self._original = module.__spec__
+        _serve_lightning_reexports(module, spec.name)
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._original  # the module was executed by its own import already
+
+
+def _serve_lightning_reexports(module: ModuleType, path: str) -> None:
+    """Let the plugin's module answer the names Lightning's module at ``path`` re-exports from its others.
+
+    ``from lightning.fabric.strategies.fsdp import _lazy_load`` reaches the FSDP plugin's module; the helper
+    lives in the core (:mod:`fabric_core._lightning_names` says where), so the plugin need not import it.
+    A ``__getattr__`` the plugin's module has of its own is asked for every other name.
+    """
+    from fabric_core._deferred import lightning_reexports
+    from fabric_core._lightning_names import REEXPORTS
+
+    if path not in REEXPORTS or getattr(module, "_fabric_core_lightning_path", None) == path:
+        return
+    module.__getattr__ = lightning_reexports(path, fallback=vars(module).get("__getattr__"))  # type: ignore[method-assign]
+    module._fabric_core_lightning_path = path  # type: ignore[attr-defined]
 
 
 def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> ModuleSpec | None:

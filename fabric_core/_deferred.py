@@ -11,22 +11,44 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["reexports", "submodule"]
+__all__ = ["lightning_reexports", "reexports", "submodule"]
 
 
-def reexports(module: str, where: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that imports each name of ``where`` (``{name: source module}``) on first access.
+def reexports(
+    module: str, where: Mapping[str, str], fallback: Callable[[str], Any] | None = None
+) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that imports each name of ``where`` on first access.
 
     For Lightning paths whose names live elsewhere in fabric-core, so that importing the path stays light.
+
+    Args:
+        module: The module the ``__getattr__`` is for (named in the ``AttributeError``).
+        where: ``{name: source}``; the source is a module path (the same name there) or ``"module:name"``.
+        fallback: Asked for names that ``where`` does not list (another ``__getattr__``).
     """
 
     def __getattr__(name: str) -> Any:
         source = where.get(name)
         if source is None:
+            if fallback is not None:
+                return fallback(name)
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(source), name)
+        source_module, _, source_name = source.partition(":")
+        return getattr(importlib.import_module(source_module), source_name or name)
 
     return __getattr__
+
+
+def lightning_reexports(module: str, fallback: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a Lightning path: the names Lightning re-exports there from its other modules.
+
+    ``from lightning.fabric.strategies.fsdp import _lazy_load`` works in Lightning because its ``fsdp`` module
+    imports that helper; here every such name is served from the one module that implements it, as listed in
+    :mod:`fabric_core._lightning_names`.
+    """
+    from fabric_core._lightning_names import REEXPORTS
+
+    return reexports(module, REEXPORTS.get(module, {}), fallback)
 
 
 def submodule(package: str, name: str) -> Any:

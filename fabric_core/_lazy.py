@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fabric_core._deferred import submodule
+from fabric_core._deferred import lightning_reexports, submodule
 
 if TYPE_CHECKING:
     from fabric_core._registry import Catalog
@@ -59,6 +59,13 @@ def class_getattr(
         module = local.get(name)
         if module is not None:
             return getattr(importlib.import_module(module), name)
+        from fabric_core._lightning_names import REEXPORTS
+
+        if name in REEXPORTS.get(package, ()):  # a name Lightning's package re-exports from one of its modules
+            try:
+                return lightning_reexports(package)(name)
+            except ImportError:
+                pass  # that module is a plugin's: the catalog below finds the class or says how to get it
         if name.islower():  # a module path (``strategies.fsdp``); classes are CamelCase
             return submodule(package, name)
         from fabric_core._manager import get_manager

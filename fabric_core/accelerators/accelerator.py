@@ -7,6 +7,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from fabric_core._deferred import lightning_reexports
+
 __all__ = ["Accelerator"]
 
 
@@ -66,3 +68,6 @@ class Accelerator(ABC):
     @abstractmethod
     def is_available() -> bool:
         """Whether this accelerator can run here. Never raises, never creates a CUDA context."""
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import torch
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 
@@ -80,3 +81,6 @@ class CPUAccelerator(Accelerator):
     @staticmethod
     def is_available() -> bool:
         return True
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

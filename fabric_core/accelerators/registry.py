@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from fabric_core._catalog_view import CatalogView
+from fabric_core._deferred import lightning_reexports
 
 __all__ = ["ACCELERATOR_REGISTRY"]
 
@@ -18,3 +19,6 @@ class _AcceleratorRegistry(CatalogView):
 
 
 ACCELERATOR_REGISTRY: Final = _AcceleratorRegistry("accelerator", "Registered Accelerators")
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

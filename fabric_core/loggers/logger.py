@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fabric_core._deferred import lightning_reexports
+
 __all__ = ["Logger", "rank_zero_experiment", "warn_not_reattached"]
 
 
@@ -123,3 +125,6 @@ def warn_not_reattached(logger: Logger, current: Any, saved: Any) -> None:
         f"{type(logger).__name__} already started {current!r} before the run checkpoint was resumed, so it keeps "
         f"logging there instead of continuing {saved!r}. Call `RunCheckpoints.resume(...)` before the first log."
     )
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

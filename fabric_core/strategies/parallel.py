@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.environments._env import check_process_variables
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
 from fabric_core.launchers.launcher import START_METHODS
@@ -498,3 +499,6 @@ class ParallelStrategy(Strategy):
             # otherwise hold this rank for the whole process-group timeout (30 min by default).
             _exit.bounded_barrier(_exit.exit_timeout())
         dist.destroy_process_group()
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 
@@ -40,3 +41,6 @@ class SingleDeviceStrategy(Strategy):
     @property
     def root_device(self) -> torch.device:
         return self._device if self._device is not None else torch.device("cpu")
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import load_module, restore_state
@@ -366,3 +367,6 @@ class Strategy(ABC):
         if self.accelerator is not None:
             self.accelerator.teardown()
         self.checkpoint_io.teardown()
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

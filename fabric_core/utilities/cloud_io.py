@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 from typing import IO, Any
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.io._remote import _is_dir as _is_dir
 from fabric_core.io._remote import _is_local_file_protocol as _is_local_file_protocol
 from fabric_core.io._remote import _is_object_storage as _is_object_storage
@@ -65,3 +66,6 @@ def _atomic_save(checkpoint: dict[str, Any], filepath: _PATH) -> None:
     from fabric_core.io.torch_io import TorchCheckpointIO
 
     TorchCheckpointIO().save_checkpoint(checkpoint, filepath)
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from fabric_core._deferred import reexports
+from fabric_core._deferred import lightning_reexports, reexports
 
 if TYPE_CHECKING:
     from fabric_core.utilities.data import DistributedSamplerWrapper
@@ -17,8 +17,29 @@ if TYPE_CHECKING:
 __all__ = ["DistributedSamplerWrapper", "is_shared_filesystem"]
 
 
-# Lightning's path of the sampler wrapper; it lives with the other data helpers (loaded on use: torch).
-__getattr__ = reexports(__name__, {"DistributedSamplerWrapper": "fabric_core.utilities.data"})
+_PG = "fabric_core.utilities._process_group"
+# Lightning's names at this path whose code lives elsewhere (loaded on use: torch), then those it re-exports.
+__getattr__ = reexports(
+    __name__,
+    {
+        "DistributedSamplerWrapper": "fabric_core.utilities.data",
+        "_DatasetSamplerWrapper": "fabric_core.utilities.data:_SamplerIndices",
+        "_InfiniteBarrier": f"{_PG}:InfiniteBarrier",
+        "_all_gather_ddp_if_available": f"{_PG}:all_gather_if_available",
+        "_destroy_dist_connection": f"{_PG}:destroy_process_group",
+        "_distributed_is_initialized": f"{_PG}:distributed_is_initialized",
+        "_gather_all_tensors": f"{_PG}:gather_all_tensors",
+        "_get_default_process_group_backend_for_device": f"{_PG}:default_backend_for_device",
+        "_init_dist_connection": f"{_PG}:init_process_group_from_environment",
+        "_is_dtensor": f"{_PG}:is_dtensor",
+        "_set_num_threads_if_needed": f"{_PG}:set_num_threads_if_needed",
+        "_simple_gather_all_tensors": f"{_PG}:_simple_gather_all_tensors",
+        "_suggested_max_num_threads": f"{_PG}:suggested_max_num_threads",
+        "_sync_ddp": f"{_PG}:sync",
+        "_sync_ddp_if_available": f"{_PG}:sync_if_available",
+    },
+    fallback=lightning_reexports(__name__),
+)
 
 
 _T = TypeVar("_T")

@@ -11,6 +11,7 @@ from collections.abc import Iterable, MutableMapping
 import torch
 from torch.optim import Optimizer
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.utilities.apply_func import move_data_to_device
 
 __all__: list[str] = []
@@ -34,3 +35,6 @@ def _optimizer_to_device(optimizer: Optimizer, device: torch.device | str | int)
         for key, value in state.items():
             if key != "step":
                 state[key] = move_data_to_device(value, device)
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -274,3 +274,7 @@ def rank_prefixed_message(message: str, rank: int | None) -> str:
     if rank is None:
         return message
     return f"[rank: {rank}] {message}"
+
+
+# Lightning's private name for the rank the environment announces (``None`` where none is).
+_get_rank = announced_rank

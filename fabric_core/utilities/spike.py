@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.types import _PATH
 
@@ -150,3 +151,6 @@ class SpikeDetection:
         self.exclude_batches_path = state_dict["bad_batches_path"]
         running = state_dict["running"]
         self._window = deque((tuple(item) for item in running["window"]), maxlen=running["maxlen"])
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -7,6 +7,7 @@ from typing import Any, Self
 
 from torch import Tensor
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import FabricCoreError
 from fabric_core.utilities.types import CollectibleGroup
 
@@ -137,3 +138,6 @@ class Collective(ABC):
         self.destroy_group(self._group)
         self._group = None
         return self
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.plugins.collectives.collective import Collective
 from fabric_core.utilities.types import CollectibleGroup
 
@@ -95,3 +96,6 @@ class SingleDeviceCollective(Collective):
     @classmethod
     def _convert_to_native_op(cls, op: str) -> str:
         return op
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 from fabric_core.plugins.collectives.collective import Collective
 from fabric_core.utilities.types import CollectibleGroup, RedOpType, ReduceOp
@@ -215,3 +216,6 @@ class TorchCollective(Collective):
                 value=op,
             )
         return native
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

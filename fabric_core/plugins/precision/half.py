@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.precision.half import HalfPrecision
 
 __all__ = ["HalfPrecision"]
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)
