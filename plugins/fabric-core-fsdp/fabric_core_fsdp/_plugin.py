@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
 
 _FSDP: Final = "fabric_core_fsdp.fsdp:FSDPStrategy"
+_FSDP1: Final = "fabric_core_fsdp.fsdp1:FSDP1Strategy"
 _MODEL_PARALLEL: Final = "fabric_core_fsdp.model_parallel:ModelParallelStrategy"
 _PRECISION: Final = "fabric_core_fsdp.precision:FSDPPrecision"
 # fully_shard and DTensor became public in torch.distributed.fsdp / torch.distributed.tensor in 2.6.
@@ -41,7 +42,7 @@ def is_model_parallel(cls: type | None) -> bool:
 
 @hookimpl
 def fabric_core_register_strategies(registry: Registry) -> None:
-    """Register ``fsdp``, ``fsdp_cpu_offload`` and ``model_parallel``."""
+    """Register ``fsdp``, ``fsdp_cpu_offload``, ``fsdp1``, ``fsdp1_cpu_offload`` and ``model_parallel``."""
     registry.add(
         "fsdp",
         _FSDP,
@@ -53,6 +54,20 @@ def fabric_core_register_strategies(registry: Registry) -> None:
         "fsdp_cpu_offload",
         _FSDP,
         description="fsdp with parameters, gradients and optimizer state offloaded to CPU memory (needs a GPU).",
+        defaults={"start_method": "popen", "cpu_offload": True},
+        requires=_REQUIRES,
+    )
+    registry.add(
+        "fsdp1",
+        _FSDP1,
+        description="Fully sharded data parallel with FSDP1 (FullyShardedDataParallel), for code calling its API.",
+        defaults={"start_method": "popen"},
+        requires=_REQUIRES,
+    )
+    registry.add(
+        "fsdp1_cpu_offload",
+        _FSDP1,
+        description="fsdp1 with parameters and gradients offloaded to CPU memory (needs a GPU).",
         defaults={"start_method": "popen", "cpu_offload": True},
         requires=_REQUIRES,
     )

@@ -34,6 +34,7 @@ from fabric_core_fsdp._fsdp1 import (
     to_mixed_precision_policy,
     to_offload_policy,
 )
+from fabric_core_fsdp._fsdp1_calls import guard_fsdp1_calls, refuse_no_sync
 from fabric_core_fsdp._sharded import ShardedStrategy
 from fabric_core_fsdp.precision import FSDPPrecision
 
@@ -333,6 +334,7 @@ class FSDPStrategy(ShardedStrategy):
 
         A module that already contains FSDP modules (sharded by the user) is left as it is.
         """
+        guard_fsdp1_calls()
         if any(isinstance(m, FSDPModule) for m in module.modules()):
             if self._wrap_policy is not None:
                 rank_zero_warn(
@@ -364,6 +366,7 @@ class FSDPStrategy(ShardedStrategy):
                 if sub is not module and self._wrap_policy(sub):
                     fully_shard(sub, **kwargs)
         fully_shard(module, **{**kwargs, "reshard_after_forward": self._reshard_root})
+        refuse_no_sync(module)
         return module
 
 

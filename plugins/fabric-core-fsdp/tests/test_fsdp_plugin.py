@@ -43,7 +43,9 @@ def test_registration_adds_the_strategies_with_their_defaults() -> None:
     registry = Registry("strategy", "fsdp")
     _plugin.fabric_core_register_strategies(registry=registry)
     entries = {e.name: e for e in registry.entries}
-    assert sorted(entries) == ["fsdp", "fsdp_cpu_offload", "model_parallel"]
+    assert sorted(entries) == ["fsdp", "fsdp1", "fsdp1_cpu_offload", "fsdp_cpu_offload", "model_parallel"]
+    assert entries["fsdp1"].target == "fabric_core_fsdp.fsdp1:FSDP1Strategy"
+    assert dict(entries["fsdp1_cpu_offload"].defaults) == {"start_method": "popen", "cpu_offload": True}
     assert dict(entries["fsdp_cpu_offload"].defaults) == {"start_method": "popen", "cpu_offload": True}
     assert entries["fsdp"].target == "fabric_core_fsdp.fsdp:FSDPStrategy"
     assert entries["model_parallel"].target == "fabric_core_fsdp.model_parallel:ModelParallelStrategy"
