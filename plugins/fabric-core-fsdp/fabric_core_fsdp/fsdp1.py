@@ -179,7 +179,7 @@ class FSDP1Strategy(FSDPStrategy):
     @property
     def mixed_precision_config(self) -> MixedPrecision | None:
         """The ``mixed_precision`` argument, else Lightning's dtypes for the precision plugin's precision."""
-        if self._mixed_precision is not None:
+        if isinstance(self._mixed_precision, MixedPrecision):
             return self._mixed_precision
         return lightning_mixed_precision(getattr(self.precision, "precision", None))
 
