@@ -60,5 +60,6 @@ if __name__ == "__main__":
             "cli": {},
         }[launch]
         fabric = L.Fabric(**options)
-        fabric.launch()
+        if launch != "cli":  # under `fabric-core run` the processes exist already, and launch() is refused
+            fabric.launch()
         report(fabric, outdir)
