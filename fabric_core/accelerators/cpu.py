@@ -82,5 +82,8 @@ class CPUAccelerator(Accelerator):
     def is_available() -> bool:
         return True
 
+# Lightning's private name for the parsing above.
+_parse_cpu_cores = CPUAccelerator.parse_devices
+
 # Lightning Fabric's names that its own module at this path imports from its other modules.
 __getattr__ = lightning_reexports(__name__)

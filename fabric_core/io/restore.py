@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Container, Iterable
 from typing import Any
 
 import torch
@@ -13,7 +14,7 @@ from torch.optim import Optimizer
 from fabric_core.utilities.apply_func import apply_to_collection
 from fabric_core.utilities.types import ModuleLoader, Stateful
 
-__all__ = ["load_module", "restore_state"]
+__all__ = ["check_requested_keys", "load_module", "restore_state"]
 
 #: The suffix of the state-dict entry ``Module.set_extra_state`` receives.
 _EXTRA_STATE_SUFFIX = "_extra_state"
@@ -47,6 +48,22 @@ def load_module(
                 tensor.data = tensor.data.clone()
 
 
+def check_requested_keys(requested: Iterable[str], available: Container[str], strict: bool) -> None:
+    """With ``strict``, refuse a requested key that the checkpoint does not hold.
+
+    Raises:
+        KeyError: The first such key, named, with how to load anyway.
+    """
+    if not strict:
+        return
+    missing = [key for key in requested if key not in available]
+    if missing:
+        raise KeyError(
+            f"The requested state contains a key '{missing[0]}' that does not exist in the loaded "
+            "checkpoint. To disable strict loading, set `strict=False`."
+        )
+
+
 def restore_state(
     strategy: ModuleLoader,
     state: dict[str, Any],
@@ -67,13 +84,7 @@ def restore_state(
     Raises:
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint does not have.
     """
-    if strict:
-        missing = [k for k in state if k not in checkpoint]
-        if missing:
-            raise KeyError(
-                f"The requested state contains a key '{missing[0]}' that does not exist in the loaded "
-                "checkpoint. To disable strict loading, set `strict=False`."
-            )
+    check_requested_keys(state, checkpoint, strict)
     remainder = dict(checkpoint)
     for key, obj in list(state.items()):
         if key not in remainder:

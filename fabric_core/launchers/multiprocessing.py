@@ -119,18 +119,39 @@ class MultiProcessingLauncher(Launcher):
         return pickle.loads(received) if received is not None else None
 
     def _check_can_start(self) -> None:
-        if self.start_method != "fork" and getattr(multiprocessing.current_process(), "_inheriting", False):
-            raise RuntimeError(
-                f"`fabric.launch()` was called while a {self.start_method!r} worker was importing the main "
-                "module: the script starts processes at import time. Put the code that creates `Fabric` and "
-                'calls `launch()` under `if __name__ == "__main__":`.'
-            )
-        if self.start_method == "fork" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-            raise RuntimeError(
-                "Cannot fork new processes: CUDA is already initialised in this process, and a forked "
-                "process cannot use it. Use `strategy='ddp_spawn'`, or avoid touching CUDA (creating tensors "
-                "on it, `torch.cuda.*` calls) before `fabric.launch()`."
-            )
+        if self.start_method == "fork":
+            check_can_fork()
+        else:
+            check_main_guard()
+
+
+def check_main_guard() -> None:
+    """Refuse to start processes from a spawned worker that is importing the main module.
+
+    Raises:
+        RuntimeError: The script starts processes at import time (no ``if __name__ == "__main__":`` guard).
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "`fabric.launch()` was called while a spawned worker was importing the main module: the script "
+            'starts processes at import time. Put the code that creates `Fabric` and calls `launch()` under `if '
+            '__name__ == "__main__":`, or use `strategy="ddp"`.'
+        )
+
+
+def check_can_fork() -> None:
+    """Refuse to fork when CUDA is initialised here: a forked process cannot use it.
+
+    Raises:
+        RuntimeError: CUDA is initialised (or torch reports a bad fork state) in this process.
+    """
+    in_bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
+    if (callable(in_bad_fork) and in_bad_fork()) or torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        raise RuntimeError(
+            "Cannot fork new processes: CUDA is already initialised in this process, and a forked "
+            "process cannot use it. Use `strategy='ddp_spawn'`, or avoid touching CUDA (creating tensors "
+            "on it, `torch.cuda.*` calls) before `fabric.launch()`."
+        )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch.optim import Optimizer
 from fabric_core._deferred import lightning_reexports
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
-from fabric_core.io.restore import load_module, restore_state
+from fabric_core.io.restore import check_requested_keys, load_module, restore_state
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
@@ -367,6 +367,37 @@ class Strategy(ABC):
         if self.accelerator is not None:
             self.accelerator.teardown()
         self.checkpoint_io.teardown()
+
+class _Sharded(ABC):
+    """Lightning's marker for strategies that shard parameters as modules are created.
+
+    Any class with a ``module_sharded_context()`` method counts (``isinstance(strategy, _Sharded)``), so the
+    sharding strategies of every plugin are ``_Sharded`` without naming this class.
+    """
+
+    @abstractmethod
+    def module_sharded_context(self) -> contextlib.AbstractContextManager[Any]:
+        """A context in which created modules are sharded right away."""
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> Any:  # bool, or NotImplemented for subclasses
+        if cls is _Sharded:
+            return bool(callable(getattr(subclass, "module_sharded_context", None)))
+        return NotImplemented
+
+
+def _apply_filter(
+    key: str, filter: Mapping[str, Callable[[str, Any], bool]], source_dict: object, target_dict: dict[str, Any]
+) -> None:
+    """Lightning's argument order for :func:`put_filtered`."""
+    put_filtered(target_dict, key, source_dict, filter)
+
+
+# Lightning's private names (TBroadcast/TReduce are the type variables of broadcast and reduce).
+TBroadcast = TypeVar("TBroadcast")
+TReduce = TypeVar("TReduce")
+_BackwardSyncControl = BackwardSyncControl
+_validate_keys_for_strict_loading = check_requested_keys
 
 # Lightning Fabric's names that its own module at this path imports from its other modules.
 __getattr__ = lightning_reexports(__name__)

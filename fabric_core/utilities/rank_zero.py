@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, Final, ParamSpec, TypeVar, overload
@@ -278,3 +279,7 @@ def rank_prefixed_message(message: str, rank: int | None) -> str:
 
 # Lightning's private name for the rank the environment announces (``None`` where none is).
 _get_rank = announced_rank
+
+# Lightning's name for the module whose `log` the helpers above write to: `rank_zero_module.log = logger`
+# sends them elsewhere (lightning.pytorch does so at import). Here that module is this one.
+rank_zero_module = sys.modules[__name__]

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import torch
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 from fabric_core.utilities.rank_zero import (
     announced_rank,
@@ -252,3 +253,39 @@ def _numpy() -> Any:
     except ImportError:  # pragma: no cover - numpy is optional for the core
         return None
     return numpy
+
+
+def collect_rng_states(include_cuda: bool = True) -> dict[str, Any]:
+    """The global random states of torch, Python, NumPy (when installed) and, if asked, every CUDA device.
+
+    Keys as Lightning's ``_collect_rng_states``: ``"torch"``, ``"python"``, ``"numpy"``, ``"torch.cuda"``
+    (an empty list without CUDA), so that states saved by either restore with either.
+    """
+    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    numpy = _numpy()
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    if include_cuda:
+        states["torch.cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return states
+
+
+def set_rng_states(rng_state_dict: dict[str, Any]) -> None:
+    """Restore what :func:`collect_rng_states` returned (``"numpy"`` and ``"torch.cuda"`` where present)."""
+    torch.set_rng_state(rng_state_dict["torch"])
+    if "torch.cuda" in rng_state_dict:
+        torch.cuda.set_rng_state_all(rng_state_dict["torch.cuda"])
+    numpy = _numpy()
+    if numpy is not None and "numpy" in rng_state_dict:
+        numpy.random.set_state(rng_state_dict["numpy"])
+    version, state, gauss = rng_state_dict["python"]
+    random.setstate((version, tuple(state), gauss))  # a state read back from JSON or a checkpoint has a list
+
+
+# Lightning's private names for the helpers above.
+_collect_rng_states = collect_rng_states
+_set_rng_states = set_rng_states
+_generate_seed_sequence = _worker_seed_sequence
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

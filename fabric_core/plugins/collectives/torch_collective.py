@@ -9,13 +9,14 @@ from typing import Any, ClassVar, Self
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.constants import default_pg_timeout
 
 from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 from fabric_core.plugins.collectives.collective import Collective
 from fabric_core.utilities.types import CollectibleGroup, RedOpType, ReduceOp
 
-__all__ = ["TorchCollective"]
+__all__ = ["TorchCollective", "default_pg_timeout"]
 
 _Op = str | ReduceOp | RedOpType
 
