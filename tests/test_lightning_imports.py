@@ -21,7 +21,7 @@ import pytest
 
 JOB = Path(__file__).parent / "_jobs" / "lightning_imports_job.py"
 
-HIDE_LIGHTNING = '''
+HIDE_LIGHTNING = """
 from importlib.machinery import PathFinder
 
 _find = PathFinder.find_spec
@@ -36,7 +36,7 @@ def find_spec(fullname, path=None, target=None):
 
 
 PathFinder.find_spec = staticmethod(find_spec)
-'''
+"""
 
 # The lead is still adding Lightning Fabric's module-level names that lightning.pytorch imports.
 _GAP = re.compile(r"(cannot import name '\w+' from 'fabric_core[\w.]*'|No module named 'fabric_core[\w.]*')")
