@@ -394,3 +394,19 @@ def test_runner_usage_errors(tmp_path: Path) -> None:
     assert bare.returncode == missing.returncode == no_module.returncode == 2
     assert "usage: python -m fabric_core.lightning_imports SCRIPT" in bare.stderr
     assert "'no_such_script.py'" in missing.stderr and "-m needs a module name" in no_module.stderr
+
+
+def test_ddp_children_keep_the_runner_prefix_with_the_script_made_absolute() -> None:
+    from fabric_core.launchers.subprocess_script import script_command
+
+    script = ["python", "-u", "-m", "fabric_core.lightning_imports", "train.py", "--x"]
+    module = ["python", "-m", "fabric_core.lightning_imports", "-m", "litgpt", "pretrain", "--devices", "2"]
+    assert script_command(script) == [
+        sys.executable,
+        "-u",
+        "-m",
+        "fabric_core.lightning_imports",
+        os.path.abspath("train.py"),
+        "--x",
+    ]
+    assert script_command(module) == [sys.executable, *module[1:]]

@@ -28,6 +28,8 @@ _OPTIONS_WITH_VALUE: Final = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 _POLL_SECONDS: Final = 0.1
 _GRACE_SECONDS: Final = 3.0
 _PR_SET_PDEATHSIG: Final = 1
+# `python -m fabric_core.lightning_imports SCRIPT`: the children keep the prefix, so they run in zero-edit mode.
+_ZERO_EDIT_RUNNER: Final = "fabric_core.lightning_imports"
 
 
 class SubprocessScriptLauncher(Launcher):
@@ -163,7 +165,10 @@ def script_command(orig_argv: Sequence[str] | None = None) -> list[str]:
     while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-", "-c", "-m"):
         i += 2 if argv[i] in _OPTIONS_WITH_VALUE else 1
     options, rest = argv[1:i], argv[i:]
-    if rest and rest[0] in ("-c", "-m") and len(rest) > 1:
+    runner: list[str] = []
+    if rest[:2] == ["-m", _ZERO_EDIT_RUNNER] and len(rest) > 2 and rest[2] != "-m":
+        runner, rest = rest[:2], rest[2:]  # zero-edit mode's runner, then a script: made absolute as below
+    if not runner and rest and rest[0] in ("-c", "-m") and len(rest) > 1:
         return [sys.executable, *options, *rest]
     if not rest or rest[0] == "-":
         raise InvalidConfigError(
@@ -182,7 +187,7 @@ def script_command(orig_argv: Sequence[str] | None = None) -> list[str]:
         rest = [script, *rest[1:]]
     else:
         rest = [os.path.abspath(rest[0]), *rest[1:]]
-    return [sys.executable, *options, *rest]
+    return [sys.executable, *options, *runner, *rest]
 
 
 def _die_with_parent(parent: int | None = None) -> None:
