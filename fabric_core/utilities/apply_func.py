@@ -11,6 +11,8 @@ from typing import Any, Final
 import torch
 from torch import Tensor
 
+from fabric_core._deferred import lightning_reexports
+
 __all__ = [
     "CONVERSION_DTYPES",
     "apply_to_collection",
@@ -178,8 +180,13 @@ def _number_to_tensor(value: Any, device: torch.device | str) -> Tensor:
     import numpy as np  # only numpy values reach this point
 
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value).to(device)
+        return _from_numpy(value, device)
     return torch.tensor(value, device=device)
+
+
+def _from_numpy(value: Any, device: torch.device | str | int) -> Tensor:
+    """A numpy array as a tensor on ``device``, keeping its dtype (shares memory where ``device`` is the CPU)."""
+    return torch.from_numpy(value).to(device)
 
 
 def convert_tensors_to_scalars(data: Any) -> Any:
@@ -207,3 +214,7 @@ def convert_tensors_to_scalars(data: Any) -> Any:
                 return apply_to_collection(data, Tensor, to_item)
         return scalars
     return apply_to_collection(data, Tensor, to_item)
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

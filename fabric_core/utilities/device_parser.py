@@ -6,9 +6,10 @@ Shared by every accelerator that addresses devices by index (cuda, mps, and out-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 
 __all__ = ["parse_device_ids"]
@@ -127,3 +128,165 @@ def _not_valid(devices: Any, accelerator: str) -> InvalidConfigError:
         argument="devices",
         value=devices,
     )
+
+
+# -- Lightning's private parsing steps, as ``lightning.pytorch`` calls them: ``None`` means "no GPU" ----------
+
+
+def _determine_root_gpu_device(gpus: list[Any] | None) -> Any:
+    """The first of ``gpus`` (the root device), ``None`` for ``None``.
+
+    Raises:
+        TypeError: ``gpus`` is not a list.
+        AssertionError: ``gpus`` is empty.
+    """
+    if gpus is None:
+        return None
+    if not isinstance(gpus, list):
+        raise TypeError("GPUs should be a list")
+    assert len(gpus) > 0, "GPUs should be a non-empty list"
+    return gpus[0]
+
+
+def _parse_gpu_ids(
+    gpus: int | str | list[int] | None, include_cuda: bool = False, include_mps: bool = False
+) -> list[int] | None:
+    """The GPU indices ``gpus`` asks for, among the CUDA and/or MPS devices; ``None`` where it asks for none.
+
+    ``0``, ``"0"`` and ``"[]"`` ask for none; ``-1``/``"-1"`` for all; ``N`` for the first ``N``; a list or a
+    ``"0,1"`` string for those indices.
+
+    Raises:
+        TypeError: ``gpus`` is of another type (see :func:`_check_data_type`).
+        MisconfigurationException: No GPU is available, an index is repeated or not available.
+    """
+    from fabric_core.utilities.exceptions import MisconfigurationException
+
+    _check_data_type(gpus)
+    if gpus is None or (isinstance(gpus, int) and gpus == 0) or str(gpus).strip() in ("0", "[]"):
+        return None
+    ids = _normalize_parse_gpu_input_to_list(
+        _normalize_parse_gpu_string_input(gpus), include_cuda=include_cuda, include_mps=include_mps
+    )
+    if not ids:
+        raise MisconfigurationException("GPUs requested but none are available.")
+    import torch.distributed
+
+    if (
+        torch.distributed.is_available()
+        and torch.distributed.is_torchelastic_launched()
+        and len(ids) != 1
+        and len(_get_all_available_gpus(include_cuda=include_cuda, include_mps=include_mps)) == 1
+    ):
+        # torchelastic shows each process one device: the indices are the job's, not this process's.
+        return ids
+    _check_unique(ids)
+    return _sanitize_gpu_ids(ids, include_cuda=include_cuda, include_mps=include_mps)
+
+
+def _normalize_parse_gpu_string_input(s: int | str | list[int]) -> int | list[int]:
+    """A string of indices as an int or a list (``"-1"`` → ``-1``, ``"0,1"`` → ``[0, 1]``); others unchanged.
+
+    Raises:
+        ValueError: A string that is not a comma-separated list of ints.
+    """
+    return _from_string(s) if isinstance(s, str) else s
+
+
+def _sanitize_gpu_ids(gpus: list[int], include_cuda: bool = False, include_mps: bool = False) -> list[int]:
+    """``gpus`` unchanged, once each index is found among the available devices.
+
+    Raises:
+        ValueError: Neither ``include_cuda`` nor ``include_mps``.
+        MisconfigurationException: An index this machine does not have.
+    """
+    from fabric_core.utilities.exceptions import MisconfigurationException
+
+    if not (include_cuda or include_mps):
+        raise ValueError("At least one gpu type should be specified!")
+    available = _get_all_available_gpus(include_cuda=include_cuda, include_mps=include_mps)
+    if any(gpu not in available for gpu in gpus):
+        raise MisconfigurationException(f"You requested gpu: {gpus}\n But your machine only has: {available}")
+    return gpus
+
+
+def _normalize_parse_gpu_input_to_list(
+    gpus: int | list[int] | tuple[int, ...], include_cuda: bool, include_mps: bool
+) -> list[int] | None:
+    """A sequence as a list, ``-1`` as every available index, ``N`` as ``[0..N-1]``, ``0`` as ``None``."""
+    assert gpus is not None
+    if isinstance(gpus, (MutableSequence, tuple)):
+        return list(gpus)
+    if not gpus:
+        return None
+    if gpus == -1:
+        return _get_all_available_gpus(include_cuda=include_cuda, include_mps=include_mps)
+    return list(range(gpus))
+
+
+def _get_all_available_gpus(include_cuda: bool = False, include_mps: bool = False) -> list[int]:
+    """The indices of the visible CUDA devices and/or of the MPS device (``[0]`` where there is one)."""
+    import torch
+
+    cuda = list(range(torch.cuda.device_count())) if include_cuda else []
+    mps = [0] if include_mps and _mps_available() else []
+    return cuda + mps
+
+
+def _mps_available() -> bool:
+    import platform
+
+    import torch
+
+    return torch.backends.mps.is_available() and platform.processor() in ("arm", "arm64")
+
+
+def _check_unique(device_ids: list[int]) -> None:
+    """Refuse a repeated index.
+
+    Raises:
+        MisconfigurationException: An index appears twice.
+    """
+    from fabric_core.utilities.exceptions import MisconfigurationException
+
+    if len(device_ids) != len(set(device_ids)):
+        raise MisconfigurationException("Device ID's (GPU) must be unique.")
+
+
+def _check_data_type(device_ids: object) -> None:
+    """Refuse device ids that are not an int, a string, or a list or tuple of ints (``True`` is no int here).
+
+    Raises:
+        TypeError: ``None`` or another type, named.
+    """
+    msg = "Device IDs (GPU/TPU) must be an int, a string, a sequence of ints, but you passed"
+    if device_ids is None:
+        raise TypeError(f"{msg} None")
+    if isinstance(device_ids, (MutableSequence, tuple)):
+        for item in device_ids:
+            if type(item) is not int:
+                raise TypeError(f"{msg} a sequence of {type(item).__name__}.")
+    elif type(device_ids) not in (int, str):
+        raise TypeError(f"{msg} {device_ids!r}.")
+
+
+def _select_auto_accelerator() -> str:
+    """The accelerator name ``"auto"`` stands for on this machine: ``"tpu"``, ``"mps"``, ``"cuda"`` or ``"cpu"``."""
+    import torch
+
+    from fabric_core.utilities._requirements import module_available
+
+    if module_available("torch_xla"):
+        from torch_xla._internal import tpu
+
+        if tpu.num_available_devices() > 0:
+            return "tpu"
+    if _mps_available():
+        return "mps"
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return "cuda"
+    return "cpu"
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 
 import torch
@@ -15,6 +16,17 @@ import torch
 from fabric_core.utilities._requirements import RequirementCache, compare_version
 
 __all__ = ["RequirementCache", "compare_version"]
+
+
+def _installed_at_least(distribution: str, minimum: str) -> bool:
+    """Whether ``distribution`` is installed at ``minimum`` or later, read from its metadata (nothing imported)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version(distribution)) >= Version(minimum)
+    except (PackageNotFoundError, InvalidVersion):
+        return False
+
 
 _IS_WINDOWS = platform.system() == "Windows"
 # Interactive: a REPL or `python -i`; fork-based launching is what such sessions need.
@@ -29,3 +41,4 @@ _TORCH_GREATER_EQUAL_2_4_1 = torch.__version__ >= "2.4.1"
 _TORCH_GREATER_EQUAL_2_5 = torch.__version__ >= "2.5.0"
 _TORCH_GREATER_EQUAL_2_6 = torch.__version__ >= "2.6.0"
 _TORCH_LESS_EQUAL_2_6 = torch.__version__ <= "2.6.0"
+_TORCHMETRICS_GREATER_EQUAL_1_0_0 = _installed_at_least("torchmetrics", "1.0.0")

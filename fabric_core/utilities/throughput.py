@@ -9,9 +9,21 @@ denominator of MFU.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from fabric_core.utilities._throughput import Throughput, _Metrics, get_available_flops, measure_flops
+import torch
+
+from fabric_core._deferred import lightning_reexports
+from fabric_core.utilities._throughput import (
+    _PEAK,
+    _PEAK_COLUMNS,
+    _TPU_PEAK,
+    Throughput,
+    _IncreasingWindow,
+    _Metrics,
+    get_available_flops,
+    measure_flops,
+)
 from fabric_core.utilities._throughput import compute_dtype as _compute_dtype
 from fabric_core.utilities.rank_zero import rank_zero_only
 
@@ -67,3 +79,57 @@ class ThroughputMonitor(Throughput):
         metrics = self.compute(**kwargs)
         self._fabric.log_dict(metrics=metrics, step=self.step)
         return metrics
+
+
+# -- Lightning's private names: views of the peak-FLOPs table and the window behind ``Throughput`` -----------
+
+_THROUGHPUT_METRICS = _Metrics
+#: Peak dense FLOPs per second by CUDA chip and compute dtype (``torch.bfloat16``, ``"tfloat32"``, ...), from the
+#: table :func:`get_available_flops` reads; a dtype the chip lacks is absent.
+_CUDA_FLOPS: dict[str, dict[str | torch.dtype, float]] = {
+    chip: {dtype: peak for dtype, peak in zip(_PEAK_COLUMNS, row, strict=True) if peak is not None}  # type: ignore[misc]
+    for chip, row in _PEAK.items()
+}
+#: Peak FLOPs per second by TPU generation (``"v4"``), whatever the precision.
+_TPU_FLOPS: dict[str, float] = dict(_TPU_PEAK)
+
+
+def _plugin_to_compute_dtype(plugin: Any) -> torch.dtype:
+    """The dtype the matrix multiplications of a precision run in (what :class:`ThroughputMonitor` looks up).
+
+    Raises:
+        RuntimeError: ``plugin`` is not a precision.
+    """
+    from fabric_core.precision.precision import Precision
+
+    if not isinstance(plugin, Precision):
+        raise RuntimeError(f"Expected a precision plugin, got {plugin}")
+    return _compute_dtype(plugin)
+
+
+T = TypeVar("T", bound=float)
+
+
+class _MonotonicWindow(_IncreasingWindow[T]):
+    """The last ``maxlen`` values appended; each must be larger than the one before (``ValueError`` if not).
+
+    Only appending is supported: assigning an item raises ``NotImplementedError``.
+
+    Args:
+        maxlen: How many values are kept; the oldest is dropped first.
+    """
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__(maxlen, "value")
+
+    @property
+    def last(self) -> T | None:
+        """The value appended last, ``None`` while empty."""
+        return self[-1] if self else None
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise NotImplementedError("__setitem__ is not supported")
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -94,16 +94,17 @@ if not TYPE_CHECKING:
         return names[name]
 
 
-_Key = TypeVar("_Key")
+#: The key type of a state dict (Lightning's name for the type variable of ``_Stateful``).
+_DictKey = TypeVar("_DictKey")
 
 
 @runtime_checkable
-class _Stateful(Protocol[_Key]):
+class _Stateful(Protocol[_DictKey]):
     """Anything with ``state_dict()`` and ``load_state_dict()``: what ``fabric.save``/``load`` treat as stateful."""
 
-    def state_dict(self) -> dict[_Key, Any]: ...
+    def state_dict(self) -> dict[_DictKey, Any]: ...
 
-    def load_state_dict(self, state_dict: dict[_Key, Any]) -> None: ...
+    def load_state_dict(self, state_dict: dict[_DictKey, Any]) -> None: ...
 
 
 #: The name fabric-core uses (``isinstance(obj, Stateful)``; ``Stateful[str]`` in annotations).
