@@ -7,10 +7,12 @@ attributes of the same name cannot be re-created, and says so.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import re
 import warnings
-from collections.abc import Iterator, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 from torch.utils.data import (
@@ -24,9 +26,19 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+
+# Lightning's names for recording a loader's constructor arguments, at its path (the explicit `as` re-exports).
+from fabric_core.utilities._saved_args import _reinstantiate_wrapped_cls as _reinstantiate_wrapped_cls
+from fabric_core.utilities._saved_args import _replace_dunder_methods as _replace_dunder_methods
+from fabric_core.utilities._saved_args import _replace_value_in_saved_args as _replace_value_in_saved_args
+from fabric_core.utilities._saved_args import _wrap_attr_method as _wrap_attr_method
+from fabric_core.utilities._saved_args import _wrap_init_method as _wrap_init_method
+from fabric_core.utilities._saved_args import _WrapAttrTag as _WrapAttrTag
 from fabric_core.utilities.attribute_dict import AttributeDict
-from fabric_core.utilities.seed import recorded_seed
+from fabric_core.utilities.exceptions import MisconfigurationException
+from fabric_core.utilities.seed import recorded_seed, seed_workers_enabled, worker_init_function
 
 __all__ = [
     "AttributeDict",
@@ -121,13 +133,17 @@ def suggested_max_num_workers(local_world_size: int) -> int:
             argument="local_world_size",
             value=local_world_size,
         )
-    return max(1, _num_cpus() // local_world_size - 1)
+    return max(1, _num_cpus_available() // local_world_size - 1)
 
 
-def _num_cpus() -> int:
+def _num_cpus_available() -> int:
+    """The CPUs this process may run on (its affinity where the platform has one, else all of them)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - macOS and Windows
+
+
+_num_cpus = _num_cpus_available
 
 
 def sized_len(dataloader: object) -> int | None:
@@ -312,3 +328,163 @@ def _sampling_arguments(dataloader: DataLoader[Any], sampler: Sampler[Any]) -> d
             value=dataloader,
         ) from error
     return {"batch_sampler": new_batch_sampler}
+
+
+# -- Lightning's re-creation of a loader (``lightning.pytorch`` calls these): from the arguments recorded by
+# -- ``_replace_dunder_methods`` where there are some, else from the loader's non-default public attributes.
+
+_NOT_A_BATCH_SAMPLER = (
+    " fabric-core can't inject a (distributed) sampler into your batch sampler, because it doesn't subclass "
+    "PyTorch's `BatchSampler`. To mitigate this, either follow the API of `BatchSampler` or set "
+    "`.setup_dataloaders(..., use_distributed_sampler=False)`. If you choose the latter, you will be responsible "
+    "for handling the distributed sampling within your batch sampler."
+)
+
+
+def _update_dataloader(dataloader: DataLoader[Any], sampler: Sampler[Any] | Iterable[Any]) -> DataLoader[Any]:
+    """A new loader of the same class that draws from ``sampler`` (see :func:`_get_dataloader_init_args_and_kwargs`)."""
+    args, kwargs = _get_dataloader_init_args_and_kwargs(dataloader, sampler)
+    return _reinstantiate_wrapped_cls(dataloader, *args, **kwargs)  # type: ignore[no-any-return]
+
+
+def _get_dataloader_init_args_and_kwargs(
+    dataloader: DataLoader[Any], sampler: Sampler[Any] | Iterable[Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The constructor arguments that re-create ``dataloader`` around ``sampler``.
+
+    Raises:
+        ValueError: ``dataloader`` is no ``DataLoader``.
+        MisconfigurationException: A required constructor argument is neither recorded nor an attribute.
+        TypeError: The class's constructor does not take an argument that must be passed.
+    """
+    if not isinstance(dataloader, DataLoader):
+        raise ValueError(f"The dataloader {dataloader} needs to subclass `torch.utils.data.DataLoader`")
+    was_wrapped = hasattr(dataloader, "__pl_saved_args")
+    if was_wrapped:
+        args: tuple[Any, ...] = getattr(dataloader, "__pl_saved_args")
+        kwargs: dict[str, Any] = getattr(dataloader, "__pl_saved_kwargs")
+        arg_names: tuple[str, ...] = getattr(dataloader, "__pl_saved_arg_names")
+        original_dataset = getattr(dataloader, "__dataset", None)
+    else:
+        attrs = {k: v for k, v in vars(dataloader).items() if not k.startswith("_")}
+        attrs["multiprocessing_context"] = dataloader.multiprocessing_context  # a property, not in `vars`
+        original_dataset = None
+        arg_names = ()
+    params = dict(inspect.signature(dataloader.__init__).parameters)  # type: ignore[misc]
+    variadic = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if variadic:
+        # **kwargs are assumed to reach DataLoader.__init__; once recorded, only its defaulted ones are missing.
+        base = inspect.signature(DataLoader.__init__).parameters
+        params.update({k: v for k, v in base.items() if v.default is not v.empty} if was_wrapped else base)
+        if not was_wrapped:
+            params.pop("self", None)
+    if not was_wrapped:
+        # Only what differs from the constructor's default, and `dataset` (which `*args` may have hidden).
+        keep = {name for name, p in params.items() if name in attrs and p.default is not attrs[name]} | {"dataset"}
+        kwargs = {k: v for k, v in attrs.items() if k in keep}
+        args = ()
+    dataset = kwargs.get("dataset", original_dataset)
+    if isinstance(dataset, IterableDataset):
+        kwargs["batch_sampler"] = None
+        kwargs["sampler"] = None
+    else:
+        kwargs.update(_dataloader_init_kwargs_resolve_sampler(dataloader, sampler))
+    required = sorted(
+        p.name
+        for p in params.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in kwargs
+        and p.name not in arg_names
+    )
+    name = type(dataloader).__name__
+    if required:
+        raise MisconfigurationException(
+            f"Trying to inject custom `Sampler` into the `{name}` instance. This would fail as some of the "
+            f"`__init__` arguments are not available as instance attributes. The missing attributes are {required}. "
+            f"Define {', '.join(f'`self.{arg}`' for arg in required)} inside your `__init__`."
+        )
+    if not variadic:
+        unknown = sorted((set(kwargs) | set(arg_names)) - params.keys())
+        if unknown:
+            raise TypeError(
+                f"Trying to inject parameters into the `{name}` instance. This would fail as it doesn't expose all "
+                f"its attributes in the `__init__` signature. The missing arguments are {unknown}. HINT: If you "
+                f"wrote the `{name}` class, add the `__init__` arguments or allow passing `**kwargs`"
+            )
+    return args, kwargs
+
+
+def _dataloader_init_kwargs_resolve_sampler(
+    dataloader: DataLoader[Any], sampler: Sampler[Any] | Iterable[Any]
+) -> dict[str, Any]:
+    """The sampling arguments (``sampler``, ``batch_sampler``, ...) of a loader re-created around ``sampler``.
+
+    A custom batch sampler is re-created around ``sampler`` too: from its recorded arguments where
+    ``_replace_dunder_methods`` recorded them, else as ``cls(sampler, batch_size=..., drop_last=...)``.
+
+    Raises:
+        TypeError: The custom batch sampler cannot take a new sampler.
+    """
+    batch_sampler = getattr(dataloader, "batch_sampler")  # noqa: B009 - raises like Lightning's for a non-loader
+    if batch_sampler is None or type(batch_sampler) is BatchSampler:
+        return {"sampler": sampler, "shuffle": False, "batch_sampler": None}
+    batch_sampler_cls = type(batch_sampler)
+    if hasattr(batch_sampler, "__pl_saved_args"):
+        found, args, kwargs = _replace_value_in_saved_args(
+            "sampler",
+            sampler,
+            getattr(batch_sampler, "__pl_saved_args"),
+            getattr(batch_sampler, "__pl_saved_kwargs"),
+            getattr(batch_sampler, "__pl_saved_default_kwargs"),
+            getattr(batch_sampler, "__pl_saved_arg_names"),
+        )
+        if not found:
+            raise TypeError(
+                "Trying to inject a modified sampler into the batch sampler; however, it seems the class "
+                f"`{batch_sampler_cls.__qualname__}` does not have an argument called `sampler.` To mitigate this, "
+                "expose an argument `sampler` in the `__init__` method of your custom class."
+            )
+        batch_sampler = _reinstantiate_wrapped_cls(batch_sampler, *args, **kwargs)
+    elif hasattr(batch_sampler, "batch_size") and hasattr(batch_sampler, "drop_last"):
+        try:
+            batch_sampler = batch_sampler_cls(
+                sampler, batch_size=batch_sampler.batch_size, drop_last=batch_sampler.drop_last
+            )
+        except TypeError as error:
+            if not re.match(r".*__init__\(\) (got multiple values)|(missing \d required)", str(error)):
+                raise
+            raise TypeError(_NOT_A_BATCH_SAMPLER) from error
+    else:
+        raise TypeError(_NOT_A_BATCH_SAMPLER)
+    return {"sampler": None, "shuffle": False, "batch_sampler": batch_sampler, "batch_size": 1, "drop_last": False}
+
+
+def _auto_add_worker_init_fn(dataloader: object, rank: int) -> None:
+    """Give the loader per-worker seeding where ``seed_everything(workers=True)`` asked for it and it has none."""
+    if hasattr(dataloader, "worker_init_fn") and seed_workers_enabled() and dataloader.worker_init_fn is None:
+        dataloader.worker_init_fn = functools.partial(worker_init_function, rank=rank)
+
+
+def _set_sampler_epoch(dataloader: object, epoch: int) -> None:
+    """Call ``set_epoch(epoch)`` on the loader's sampler and its batch sampler's sampler, each once.
+
+    A ``DistributedSampler`` shuffles anew each epoch only if told the epoch; samplers without ``set_epoch``
+    are left alone.
+    """
+    for sampler in _epoch_samplers(dataloader):
+        sampler.set_epoch(epoch)
+
+
+def _epoch_samplers(dataloader: object) -> list[Any]:
+    """The loader's sampler and its batch sampler's sampler that have ``set_epoch``, each once (by identity)."""
+    samplers: dict[int, Any] = {}
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    for sampler in (getattr(dataloader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
+            samplers[id(sampler)] = sampler
+    return list(samplers.values())
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)
