@@ -83,7 +83,15 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
     # Classes Lightning's packages re-export from modules that a plugin provides here.
     **{
         ("class", n): "fabric-core-xla"
-        for n in ("xlaenvironment", "xlacheckpointio", "tpuaccelerator", "singletpustrategy")
+        for n in (
+            "xlaenvironment",
+            "xlacheckpointio",
+            "tpuaccelerator",
+            "singletpustrategy",
+            "tpuprecision",
+            "tpubf16precision",
+            "xlabf16precision",
+        )
     },
 }
 
@@ -107,6 +115,12 @@ FIRST_PARTY_MODULES: Final[dict[str, str]] = {
             "plugins.environments.xla",
             "plugins.io.xla",
             "plugins.precision.xla",
+            # Lightning's deprecated TPU paths
+            "accelerators.tpu",
+            "plugins.precision.tpu",
+            "plugins.precision.tpu_bf16",
+            "plugins.precision.xlabf16",
+            "strategies.single_tpu",
         ),
         "fabric-core-xla",
     ),

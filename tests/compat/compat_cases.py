@@ -1129,6 +1129,65 @@ def _torchrun_resolution(lib: Any, tmp: Path) -> Any:
     return _resolved(accelerator="cpu")(lib, tmp)
 
 
+_TPU_PATHS = (
+    "accelerators.tpu",
+    "plugins.precision.tpu",
+    "plugins.precision.tpu_bf16",
+    "plugins.precision.xlabf16",
+    "strategies.single_tpu",
+)
+_TPU_DEPRECATED = re.compile(r"`\w+` class is deprecated|'single_tpu' strategy is deprecated\. Use 'single_xla'")
+
+
+def _tpu_deprecated_paths(lib: Any, tmp: Path) -> Any:
+    """Lightning's deprecated TPU paths: one module, its classes, what building each warns and raises."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        modules = [_sub(lib, path) for path in _TPU_PATHS]
+    result: dict[str, Any] = {
+        "import_warnings": [str(w.message) for w in caught if _TPU_DEPRECATED.search(str(w.message))],
+        "one_module": all(module is modules[0] for module in modules),
+    }
+    at_packages = {
+        "accelerators": ("TPUAccelerator",),
+        "strategies": ("SingleTPUStrategy",),
+        "plugins": ("TPUPrecision", "TPUBf16Precision", "XLABf16Precision"),
+        "plugins.precision": ("TPUPrecision", "TPUBf16Precision", "XLABf16Precision"),
+    }
+    result["at_packages"] = {
+        f"{package}.{name}": getattr(_sub(lib, package), name) is getattr(modules[0], name)
+        for package, names in at_packages.items()
+        for name in names
+    }
+    for name, kwargs in (
+        ("TPUAccelerator", {}),
+        ("TPUPrecision", {}),
+        ("XLABf16Precision", {}),
+        ("TPUBf16Precision", {}),
+        ("SingleTPUStrategy", {"device": 0}),
+    ):
+        cls = getattr(modules[0], name)
+        error = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                cls(**kwargs)  # no torch_xla here: both refuse after warning
+            except Exception as exc:
+                error = builtin_base(type(exc)).__name__
+        deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        result[name] = {
+            "bases": [base.__name__ for base in cls.__mro__[1:3]],
+            "error": error,
+            "warnings": [
+                (w.category.__name__, match.group() if (match := _TPU_DEPRECATED.search(str(w.message))) else None)
+                for w in deprecations
+            ],
+        }
+    return result
+
+
 def _fsdp_lightning_arguments(lib: Any, tmp: Path) -> Any:
     strategy = _sub(lib, "strategies").FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")
     return {
@@ -1154,6 +1213,7 @@ MORE = [
     Case("rank-zero-first", _rank_zero_first),
     Case("autocast-16-mixed-cpu", _autocast_16_mixed_cpu),
     Case("tensorboard-root-dir", _tensorboard_root),
+    Case("tpu-deprecated-paths", _tpu_deprecated_paths),
 ]
 
 CASES = CONSTRUCTION + RESOLUTION + UTILITIES + FABRIC + CHECKPOINTS + LOGGERS + ENVIRONMENTS + MORE

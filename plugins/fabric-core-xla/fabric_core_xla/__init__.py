@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fabric_core_xla.environment import XLAEnvironment
     from fabric_core_xla.fsdp import XLAFSDPStrategy
     from fabric_core_xla.launcher import XLALauncher
-    from fabric_core_xla.precision import XLAPrecision
+    from fabric_core_xla.precision import TPUBf16Precision, TPUPrecision, XLABf16Precision, XLAPrecision
     from fabric_core_xla.single_device import SingleDeviceXLAStrategy, SingleTPUStrategy
     from fabric_core_xla.strategy import XLAStrategy
 
@@ -23,7 +23,10 @@ __all__ = [
     "SingleDeviceXLAStrategy",
     "SingleTPUStrategy",
     "TPUAccelerator",
+    "TPUBf16Precision",
+    "TPUPrecision",
     "XLAAccelerator",
+    "XLABf16Precision",
     "XLACheckpointIO",
     "XLAEnvironment",
     "XLAFSDPStrategy",
@@ -37,6 +40,9 @@ _WHERE: Final = {
     "SingleDeviceXLAStrategy": "fabric_core_xla.single_device",
     "SingleTPUStrategy": "fabric_core_xla.single_device",
     "TPUAccelerator": "fabric_core_xla.accelerator",
+    "TPUBf16Precision": "fabric_core_xla.precision",
+    "TPUPrecision": "fabric_core_xla.precision",
+    "XLABf16Precision": "fabric_core_xla.precision",
     "XLAAccelerator": "fabric_core_xla.accelerator",
     "XLACheckpointIO": "fabric_core_xla.checkpoint_io",
     "XLAEnvironment": "fabric_core_xla.environment",

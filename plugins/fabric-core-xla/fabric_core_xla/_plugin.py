@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from fabric_core.plugin_api import InvalidConfigError, hookimpl
-from fabric_core_xla._names import PRECISIONS, STRATEGIES, precision_entry
+from fabric_core_xla._names import PRECISIONS, STRATEGIES, TPU_PATHS, precision_entry
 
 if TYPE_CHECKING:
     from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
@@ -162,3 +162,6 @@ def fabric_core_register_modules(registry: ModuleRegistry) -> None:
     registry.add("plugins.environments.xla", "fabric_core_xla.environment")
     registry.add("plugins.io.xla", "fabric_core_xla.checkpoint_io")
     registry.add("plugins.precision.xla", "fabric_core_xla.precision")
+    # Lightning's deprecated TPU paths: one module for all five, as Lightning's are.
+    for path in TPU_PATHS:
+        registry.add(path, f"{_PKG}.tpu")

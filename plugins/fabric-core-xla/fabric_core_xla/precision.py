@@ -12,10 +12,11 @@ from torch.optim import Optimizer
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.precision import Precision
+from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device
 from fabric_core_xla._names import PRECISIONS
 
-__all__ = ["XLAPrecision"]
+__all__ = ["TPUBf16Precision", "TPUPrecision", "XLABf16Precision", "XLAPrecision"]
 
 # Older torch_xla versions (before 2.7 for fp16, 2.8 for bf16) also cast every XLA tensor to the half
 # type when these are set; newer ones ignore them, so the module is converted explicitly as well.
@@ -85,3 +86,33 @@ class XLAPrecision(Precision):
         """Remove the environment variables this plugin set."""
         for name in _ENV.values():
             os.environ.pop(name, None)
+
+
+def _deprecated(name: str) -> None:
+    rank_zero_deprecation(
+        f"The `{name}` class is deprecated. Use `fabric_core.plugins.precision.XLAPrecision` instead."
+    )
+
+
+class TPUPrecision(XLAPrecision):
+    """Deprecated (as in Lightning): ``XLAPrecision("32-true")``."""
+
+    def __init__(self) -> None:
+        _deprecated("TPUPrecision")
+        super().__init__("32-true")
+
+
+class XLABf16Precision(XLAPrecision):
+    """Deprecated (as in Lightning): ``XLAPrecision("bf16-true")``."""
+
+    def __init__(self) -> None:
+        _deprecated("XLABf16Precision")
+        super().__init__("bf16-true")
+
+
+class TPUBf16Precision(XLABf16Precision):
+    """Deprecated (as in Lightning): ``XLAPrecision("bf16-true")``, warning as its base does too."""
+
+    def __init__(self) -> None:
+        _deprecated("TPUBf16Precision")
+        super().__init__()

@@ -60,7 +60,7 @@ class SingleTPUStrategy(SingleDeviceXLAStrategy):
     @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
         rank_zero_deprecation(
-            "The `SingleTPUStrategy` class is deprecated. Use `fabric_core.strategies.SingleDeviceXLAStrategy` "
-            "(strategy 'single_xla') instead."
+            "The 'single_tpu' strategy is deprecated. Use 'single_xla' instead "
+            "(`fabric_core.strategies.SingleDeviceXLAStrategy`)."
         )
         super().__init__(device=device, **wiring)

@@ -128,6 +128,23 @@ def test_bf16_true_keeps_parameters_in_bf16_and_cleans_up(monkeypatch: pytest.Mo
     assert "XLA_USE_BF16" not in os.environ
 
 
+@pytest.mark.parametrize(
+    ("name", "precision"),
+    [("TPUPrecision", "32-true"), ("XLABf16Precision", "bf16-true"), ("TPUBf16Precision", "bf16-true")],
+)
+def test_lightnings_deprecated_precisions_are_xla_precisions(
+    name: str, precision: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fabric_core.plugins.precision.tpu as deprecated
+
+    monkeypatch.delenv("XLA_USE_BF16", raising=False)
+    with pytest.warns(DeprecationWarning, match=rf"`{name}` class is deprecated"):
+        plugin = getattr(deprecated, name)()
+    assert plugin.precision == precision
+    assert os.environ.get("XLA_USE_BF16") == ("1" if precision == "bf16-true" else None)
+    plugin.teardown()
+
+
 def test_collectives_on_one_device_are_the_identity() -> None:
     fabric = make_fabric()
     tensor = torch.arange(3.0, device=fabric.device)

@@ -18,6 +18,10 @@ COMPONENTS = [
     ("fabric_core_xla.fsdp", "XLAFSDPStrategy", {}),
     ("fabric_core_xla.precision", "XLAPrecision", {"precision": "bf16-true"}),
     ("fabric_core_xla.checkpoint_io", "XLACheckpointIO", {}),
+    # Lightning's deprecated classes warn first, then need torch_xla as their bases do.
+    ("fabric_core_xla.precision", "TPUPrecision", {}),
+    ("fabric_core_xla.precision", "XLABf16Precision", {}),
+    ("fabric_core_xla.precision", "TPUBf16Precision", {}),
 ]
 
 
@@ -30,7 +34,11 @@ def test_building_a_component_without_torch_xla_names_the_install_command(
     cls = getattr(importlib.import_module(module), name)
     monkeypatch.delenv("XLA_USE_BF16", raising=False)
     with pytest.raises(ModuleNotFoundError, match=rf"`{name}` needs torch_xla.*pip install torch_xla.*torch 2\.9"):
-        cls(**kwargs)
+        if name.startswith(("TPU", "XLABf16")):
+            with pytest.warns(DeprecationWarning, match=rf"`{name}` class is deprecated"):
+                cls(**kwargs)
+        else:
+            cls(**kwargs)
 
 
 def test_a_refused_precision_is_reported_before_torch_xla_is_looked_for() -> None:
