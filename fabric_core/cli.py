@@ -17,6 +17,7 @@ from fabric_core._deferred import reexports
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError
+from fabric_core.utilities._requirements import RequirementCache
 
 if TYPE_CHECKING:
     from fabric_core.strategies.registry import STRATEGY_REGISTRY
@@ -244,6 +245,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `fabric-core list-plugins | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+# -- Lightning's private names of its ``cli`` module, over ``fabric-core run`` ---------------------------------
+
+_CLICK_AVAILABLE = RequirementCache("click")
+_LIGHTNING_SDK_AVAILABLE = RequirementCache("lightning_sdk")
+_SUPPORTED_ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
+
+
+def _get_supported_strategies() -> list[str]:
+    """The registered strategy names a command line can launch (no spawn, fork, notebook, XLA or offload ones)."""
+    import re
+
+    from fabric_core.strategies.registry import STRATEGY_REGISTRY
+
+    excluded = r".*(spawn|fork|notebook|xla|tpu|offload).*"
+    return [name for name in STRATEGY_REGISTRY.available_strategies() if not re.match(excluded, name)]
+
+
+def _set_env_variables(args: argparse.Namespace) -> None:
+    """Set the variables ``fabric-core run`` sets for the processes it starts (``Fabric()`` reads them there).
+
+    Args:
+        args: ``accelerator``, ``strategy``, ``devices``, ``num_nodes`` and ``precision`` (``None``: not set).
+    """
+    from fabric_core._arguments import ENV_OVERRIDES
+    from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
+
+    os.environ[CLI_ENV] = "1"
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    for arg, var in ENV_OVERRIDES.items():
+        value = getattr(args, arg)
+        if value is not None or arg in ("devices", "num_nodes"):
+            os.environ[var] = str(value)
+
+
+def _get_num_processes(accelerator: str | None, devices: str) -> int:
+    """How many processes ``devices`` asks for on this machine, resolved as ``Fabric(...)`` resolves it.
+
+    Raises:
+        ValueError: ``accelerator="tpu"`` (not launched from the command line), or a value ``Fabric`` refuses.
+    """
+    if accelerator == "tpu":
+        raise ValueError("Launching processes for TPU through the CLI is not supported.")
+    from fabric_core._run_checks import num_processes
+
+    options = argparse.Namespace(accelerator=accelerator, strategy=None, devices=devices, num_nodes=1, precision=None)
+    return num_processes(get_manager(), options)
+
+
+def _torchrun_launch(args: argparse.Namespace, script_args: list[str]) -> None:
+    """Start ``args.script`` in new processes through torchrun, as ``fabric-core run`` does.
+
+    Args:
+        args: Lightning's ``run`` options (``script``, ``accelerator``, ``strategy``, ``devices``, ``num_nodes``,
+            ``node_rank``, ``main_address``, ``main_port``, ``precision``).
+        script_args: The script's own arguments.
+
+    Raises:
+        SystemExit: The run failed, with its exit code.
+    """
+    argv = ["run"]
+    for option in ("accelerator", "strategy", "devices", "num_nodes", "node_rank", "main_address", "main_port"):
+        value = getattr(args, option, None)
+        if value is not None:
+            argv += [f"--{option.replace('_', '-')}", str(value)]
+    if getattr(args, "precision", None) is not None:
+        argv += ["--precision", str(args.precision)]
+    code = main([*argv, str(args.script), *script_args])
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -672,3 +672,54 @@ def test_worker_init_and_epoch_and_cpus(monkeypatch: pytest.MonkeyPatch) -> None
         module._set_sampler_epoch(loader, 4)
         assert shared.epochs == [4]  # once, although reachable twice
     assert ours._num_cpus_available() == theirs._num_cpus_available()
+
+
+# -- cli -------------------------------------------------------------------------------------------------------
+
+
+def test_cli_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs, ours = both("cli")
+    assert bool(ours._CLICK_AVAILABLE) == bool(theirs._CLICK_AVAILABLE)
+    assert bool(ours._LIGHTNING_SDK_AVAILABLE) == bool(theirs._LIGHTNING_SDK_AVAILABLE)
+    assert ours._SUPPORTED_ACCELERATORS == theirs._SUPPORTED_ACCELERATORS
+    # Lightning's launchable strategies are all launchable here (we register more, e.g. 'fsdp1').
+    assert set(theirs._get_supported_strategies()) <= set(ours._get_supported_strategies())
+    assert not any("spawn" in name or "xla" in name for name in ours._get_supported_strategies())
+    for accelerator, devices in (("cpu", "3"), ("auto", "auto"), ("cpu", "1"), (None, "2")):
+        same("cli", "_get_num_processes", accelerator, devices)
+    same("cli", "_get_num_processes", "tpu", "1", phrase="TPU through the CLI is not supported")
+    for var in ("FABRIC_CORE_ACCELERATOR", "FABRIC_CORE_PRECISION", "FABRIC_CORE_CLI_USED", "FABRIC_CORE_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("os.environ", dict(__import__("os").environ))
+    args = argparse.Namespace(accelerator="cpu", strategy=None, devices="2", num_nodes=1, precision=None)
+    ours._set_env_variables(args)
+    import os
+
+    from fabric_core.connector import _is_using_cli
+
+    assert os.environ["FABRIC_CORE_ACCELERATOR"] == "cpu" and os.environ["FABRIC_CORE_DEVICES"] == "2"
+    assert "FABRIC_CORE_PRECISION" not in os.environ and "FABRIC_CORE_STRATEGY" not in os.environ
+    assert _is_using_cli()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_torchrun_launch_runs_the_script(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, sys\n"
+        "open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK']), 'w').write(os.environ['WORLD_SIZE'])\n"
+    )
+    code = (
+        "import argparse, sys\n"
+        "from fabric_core.cli import _torchrun_launch\n"
+        f"args = argparse.Namespace(script={str(script)!r}, accelerator='cpu', strategy='ddp', devices='2', "
+        "num_nodes=1, node_rank=0, main_address='127.0.0.1', main_port=29571, precision=None)\n"
+        f"_torchrun_launch(args, [{str(tmp_path)!r}])\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=110, capture_output=True)
+    assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]
+    assert (tmp_path / "rank1").read_text() == "2"
