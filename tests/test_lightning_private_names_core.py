@@ -723,3 +723,30 @@ def test_torchrun_launch_runs_the_script(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=110, capture_output=True)
     assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]
     assert (tmp_path / "rank1").read_text() == "2"
+
+
+# -- loggers.csv_logs ------------------------------------------------------------------------------------------
+
+
+def test_experiment_writer_writes_what_lightnings_writes(tmp_path: Path) -> None:
+    theirs, ours = both("loggers.csv_logs")
+    texts = []
+    for name, module in (("theirs", theirs), ("ours", ours)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "metrics.csv").write_text("old\n")
+        with pytest.warns(UserWarning, match="exists and is not empty"):
+            writer = module._ExperimentWriter(str(folder))
+        assert not (folder / "metrics.csv").exists()  # the old file is deleted at once
+        writer.log_metrics({"loss": torch.tensor(0.5)})
+        writer.log_metrics({"loss": 0.25}, step=7)
+        writer.save()
+        assert writer.metrics == []
+        writer.log_metrics({"loss": 0.125, "acc": 1.0}, step=8)  # a new column: the file is rewritten
+        writer.save()
+        writer.save()  # nothing kept: nothing written
+        assert writer.metrics_keys == ["acc", "loss", "step"]
+        assert writer.metrics_file_path == str(folder / "metrics.csv")
+        texts.append((folder / "metrics.csv").read_text())
+    assert texts[0] == texts[1]
+    assert texts[1].splitlines() == ["acc,loss,step", ",0.5,0", ",0.25,7", "1.0,0.125,8"]

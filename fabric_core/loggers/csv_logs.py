@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import atomic_write
 from fabric_core.loggers.logger import Logger, warn_not_reattached
@@ -260,3 +261,76 @@ def _write(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
         # Flush the text layer and let go of the raw file: atomic_write fsyncs, closes and renames it.
         file.flush()
         file.detach()
+
+
+class _ExperimentWriter:
+    """Lightning's metrics writer behind its ``CSVLogger`` (``lightning.pytorch``'s writer subclasses it).
+
+    Rows are kept in ``metrics`` until :meth:`save` appends them to ``<log_dir>/metrics.csv``; a new column
+    rewrites the file with the wider header. The folder is created at once; a ``metrics.csv`` already in it is
+    deleted, with a warning. Paths are served by fsspec, so remote folders work too.
+
+    Args:
+        log_dir: The folder to write to.
+    """
+
+    NAME_METRICS_FILE = METRICS_FILE
+
+    def __init__(self, log_dir: str) -> None:
+        from fabric_core.io._remote import get_filesystem
+
+        self.metrics: list[dict[str, float]] = []
+        self.metrics_keys: list[str] = []
+        self._fs = get_filesystem(log_dir)
+        self.log_dir = log_dir
+        self.metrics_file_path = os.path.join(self.log_dir, self.NAME_METRICS_FILE)
+        self._check_log_dir_exists()
+        self._fs.makedirs(self.log_dir, exist_ok=True)
+
+    def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        """Keep one row: the metrics (tensors as numbers) and ``step`` (by default the number of rows kept)."""
+        row = {key: _scalar(value) for key, value in metrics_dict.items()}
+        row[STEP_KEY] = len(self.metrics) if step is None else step
+        self.metrics.append(row)
+
+    def save(self) -> None:
+        """Append the kept rows to the file (rewriting it where new columns appeared), then forget them."""
+        if not self.metrics:
+            return
+        new_keys = self._record_new_keys()
+        exists = self._fs.isfile(self.metrics_file_path)
+        if new_keys and exists:
+            self._rewrite_with_new_header(self.metrics_keys)
+        with self._fs.open(self.metrics_file_path, mode="a" if exists else "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+            if not exists:
+                writer.writeheader()
+            writer.writerows(self.metrics)
+        self.metrics = []
+
+    def _record_new_keys(self) -> set[str]:
+        new_keys = set().union(*self.metrics) - set(self.metrics_keys)
+        self.metrics_keys.extend(new_keys)
+        self.metrics_keys.sort()
+        return new_keys
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            rows = list(csv.DictReader(file))
+        with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def _check_log_dir_exists(self) -> None:
+        if self._fs.exists(self.log_dir) and self._fs.listdir(self.log_dir):
+            rank_zero_warn(
+                f"Experiment logs directory {self.log_dir} exists and is not empty. Previous log files in this "
+                "directory will be deleted when the new ones are saved!"
+            )
+            if self._fs.isfile(self.metrics_file_path):
+                self._fs.rm_file(self.metrics_file_path)
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)
