@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Final
 
 import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.errors import InvalidConfigError
+from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device
 
-__all__ = ["TPUAccelerator", "XLAAccelerator"]
+__all__ = ["TPUAccelerator", "XLAAccelerator", "check_devices", "parse_devices_string", "using_pjrt"]
+
+# Lightning's flags at its ``accelerators.xla`` path (this module backs it); checked on first use, nothing
+# imported. PJRT, the only runtime supported, needs torch_xla 1.13.
+_XLA_AVAILABLE: Final = RequirementCache("torch_xla>=1.13", "torch_xla")
+_XLA_GREATER_EQUAL_2_1: Final = RequirementCache("torch_xla>=2.1")
+_XLA_GREATER_EQUAL_2_5: Final = RequirementCache("torch_xla>=2.5")
 
 
 class XLAAccelerator(Accelerator):
@@ -37,30 +45,12 @@ class XLAAccelerator(Accelerator):
         Raises:
             InvalidConfigError: Any other value.
         """
-        count = device.num_xla_devices()
         value: Any = devices
         if isinstance(devices, str):
-            text = devices.strip()
-            try:
-                value = int(text) if "," not in text else [int(p) for p in text.split(",") if p.strip()]
-            except ValueError:
-                value = devices
-        valid_count = isinstance(value, int) and not isinstance(value, bool) and value in {1, count}
-        valid_index = (
-            isinstance(value, (list, tuple))
-            and len(value) == 1
-            and isinstance(value[0], int)
-            and not isinstance(value[0], bool)
-            and 0 <= value[0] < count
-        )
-        if valid_count or valid_index:
-            return list(value) if isinstance(value, (list, tuple)) else value
-        raise InvalidConfigError(
-            f"`Fabric(devices={devices!r})`: `devices` can only be 'auto', 1, {count} or [<0-{max(count - 1, 0)}>] "
-            f"for TPUs (this host has {count} XLA device(s)).",
-            argument="devices",
-            value=devices,
-        )
+            with contextlib.suppress(InvalidConfigError):
+                value = parse_devices_string(devices)
+        check_devices(value, given=devices)
+        return list(value) if isinstance(value, (list, tuple)) else value
 
     @staticmethod
     def get_parallel_devices(devices: Any) -> list[torch.device]:
@@ -92,3 +82,85 @@ class TPUAccelerator(XLAAccelerator):
             "The `TPUAccelerator` class is deprecated. Use `fabric_core.accelerators.XLAAccelerator` instead."
         )
         super().__init__()
+
+
+def using_pjrt() -> bool:
+    """Whether torch_xla runs on its PJRT runtime (the only one since torch_xla 2.2; imports torch_xla).
+
+    Raises:
+        ModuleNotFoundError: torch_xla is not installed (with the install command).
+    """
+    device.require_torch_xla("using_pjrt")
+    if _XLA_GREATER_EQUAL_2_5:  # `using_pjrt` is gone: a configured device type means PJRT
+        from torch_xla import runtime
+
+        return runtime.device_type() is not None
+    if _XLA_GREATER_EQUAL_2_1:
+        from torch_xla import runtime
+
+        return bool(runtime.using_pjrt())
+    from torch_xla.experimental import pjrt
+
+    return bool(pjrt.using_pjrt())
+
+
+def parse_devices_string(devices: str) -> int | list[int]:
+    """``"8"`` is ``8``; ``"2,"`` or ``"0,1"`` is a list of indices (empty parts skipped).
+
+    Raises:
+        InvalidConfigError: Neither an int nor comma-separated ints (also a ``ValueError``).
+    """
+    text = devices.strip()
+    with contextlib.suppress(ValueError):
+        return int(text)
+    try:
+        return [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise InvalidConfigError(
+            f"`Fabric(devices={devices!r})`: could not parse the TPU devices; pass an int or comma-separated "
+            "device indices.",
+            argument="devices",
+            value=devices,
+        ) from None
+
+
+def check_devices(devices: object, given: object = None) -> None:
+    """Accept ``1``, the device count, or ``[i]`` for a device index ``i`` of this host.
+
+    Args:
+        devices: The devices, parsed from a string if one was given.
+        given: What the user passed, for the message (``devices`` if not given).
+
+    Raises:
+        InvalidConfigError: Any other value (also a ``ValueError``).
+    """
+    count = device.num_xla_devices()
+    index_type = isinstance(devices, (list, tuple)) and len(devices) == 1 and type(devices[0]) is int
+    if (type(devices) is int and devices in {1, count}) or (index_type and 0 <= devices[0] < count):  # type: ignore[index]
+        return
+    shown = devices if given is None else given
+    raise InvalidConfigError(
+        f"`Fabric(devices={shown!r})`: `devices` can only be 'auto', 1, {count} or [<0-{max(count - 1, 0)}>] "
+        f"for TPUs (this host has {count} XLA device(s)).",
+        argument="devices",
+        value=shown,
+    )
+
+
+def _parse_tpu_devices(devices: int | str | list[int]) -> int | list[int]:
+    """Lightning's parser of TPU ``devices``: :meth:`XLAAccelerator.parse_devices` after a check of the type.
+
+    Raises:
+        TypeError: ``devices`` is not an int, a string or a sequence of ints.
+        InvalidConfigError: A value of the right type but not a valid choice (also a ``ValueError``).
+    """
+    ints = isinstance(devices, (list, tuple)) and all(type(d) is int for d in devices)
+    if not (type(devices) in (int, str) or ints):
+        raise TypeError(f"TPU devices must be an int, a string or a sequence of ints, but you passed {devices!r}.")
+    return XLAAccelerator.parse_devices(devices)
+
+
+# Lightning's names for the helpers above.
+_using_pjrt: Final = using_pjrt
+_parse_tpu_devices_str: Final = parse_devices_string
+_check_tpu_devices_valid: Final = check_devices

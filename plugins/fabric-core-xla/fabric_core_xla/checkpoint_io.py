@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fabric_core.io.torch_io import TorchCheckpointIO
@@ -10,6 +11,8 @@ from fabric_core.utilities.types import PathLike
 from fabric_core_xla import device
 
 __all__ = ["XLACheckpointIO"]
+
+log = logging.getLogger(__name__)
 
 
 class XLACheckpointIO(TorchCheckpointIO):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fabric_core.environments.environment import ClusterEnvironment
 from fabric_core_xla import device
 
 __all__ = ["XLAEnvironment"]
+
+log = logging.getLogger(__name__)
 
 
 def _runtime() -> Any:

@@ -7,9 +7,9 @@ import functools
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 import torch
 from torch import Tensor
@@ -18,17 +18,24 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.io.restore import restore_state
-from fabric_core.strategies.strategy import put_filtered
+from fabric_core.strategies.strategy import BackwardSyncControl, put_filtered
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core_xla.strategy import XLAStrategy
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["XLAFSDPStrategy"]
+__all__ = [
+    "XLAFSDPBackwardSyncControl",
+    "XLAFSDPStrategy",
+    "checkpointing_kwargs",
+    "checkpointing_wrapper",
+    "wrap_policy",
+]
 
 StateDictType = Literal["sharded", "full"]
+#: The module classes that get their own wrapper (or their activations recomputed).
+_POLICY_SET: TypeAlias = set[type[Module]]
+#: An auto-wrap policy: module classes, or torch_xla's ``(module, recurse, unwrapped_params) -> bool``.
+_POLICY: TypeAlias = _POLICY_SET | Callable[[Module, bool, int], bool]
 _SHARD_FILE: Final = "checkpoint_rank-{rank:08d}-of-{world:08d}.pth"
 _METADATA_KEY: Final = "shard_metadata"
 
@@ -89,6 +96,7 @@ class XLAFSDPStrategy(XLAStrategy):
         self._state_dict_type: StateDictType = state_dict_type
         self._sequential_save = sequential_save
         self._fsdp_kwargs = kwargs
+        self._backward_sync_control = XLAFSDPBackwardSyncControl()
 
     # -- modules and optimizers --------------------------------------------------------------------------
     def setup_module_and_optimizers(
@@ -114,35 +122,10 @@ class XLAFSDPStrategy(XLAStrategy):
         if any(isinstance(m, XlaFSDP) for m in module.modules()):
             return module
         kwargs = dict(self._fsdp_kwargs)
-        policy = self._wrap_policy()
+        policy = wrap_policy(self._auto_wrap_policy, self._checkpointed)
         if policy is not None:
             kwargs.setdefault("auto_wrap_policy", policy)
-        if self._checkpointed:
-            kwargs.setdefault("auto_wrapper_callable", self._checkpointing_wrapper)
-        wrapped: Module = XlaFSDP(module, **kwargs)
-        return wrapped
-
-    def _wrap_policy(self) -> Callable[..., bool] | None:
-        policy = self._auto_wrap_policy
-        classes = set(policy) if isinstance(policy, (set, frozenset, list, tuple)) else set()
-        classes.update(self._checkpointed)
-        if callable(policy) and not classes:
-            return policy  # a callable in torch_xla's form
-        if not classes:
-            return None
-        from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
-        by_class = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)
-        # A callable policy and checkpointed layer classes: wrap what either of them asks for.
-        return functools.partial(_either, policy, by_class) if callable(policy) else by_class
-
-    def _checkpointing_wrapper(self, module: Module, *args: Any, **kwargs: Any) -> Module:
-        from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as XlaFSDP
-        from torch_xla.distributed.fsdp import checkpoint_module
-
-        if isinstance(module, self._checkpointed):
-            module = checkpoint_module(module)
-        wrapped: Module = XlaFSDP(module, *args, **kwargs)
+        wrapped: Module = XlaFSDP(module, **checkpointing_kwargs(set(self._checkpointed), kwargs))
         return wrapped
 
     def module_to_device(self, module: Module) -> None:
@@ -353,6 +336,104 @@ def _root(module: Module) -> Any:
     from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as XlaFSDP
 
     return next(m for m in module.modules() if isinstance(m, XlaFSDP))
+
+
+def wrap_policy(policy: Any, checkpointed: Iterable[type[Module]] = ()) -> Callable[..., bool] | None:
+    """torch_xla's ``auto_wrap_policy`` for ``policy`` (module classes, or a callable in torch_xla's form).
+
+    Classes whose activations are checkpointed are wrapped as well: the checkpointing wrapper applies to wrapped
+    modules only. ``None`` when nothing asks for a wrapper of its own.
+    """
+    classes = set(policy) if isinstance(policy, (set, frozenset, list, tuple)) else set()
+    classes.update(checkpointed)
+    if callable(policy) and not classes:
+        return policy  # type: ignore[no-any-return]  # a callable in torch_xla's form
+    if not classes:
+        return None
+    from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    # Not transformer-specific despite the name: it wraps instances of the given classes.
+    by_class = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=classes)
+    # A callable policy and checkpointed layer classes: wrap what either of them asks for.
+    return functools.partial(_either, policy, by_class) if callable(policy) else by_class
+
+
+def checkpointing_wrapper(classes: Iterable[type[Module]], module: Module, *args: Any, **kwargs: Any) -> Module:
+    """torch_xla's ``auto_wrapper_callable`` that recomputes the activations of instances of ``classes``.
+
+    Bind ``classes`` with :func:`functools.partial`; torch_xla passes the rest and builds the wrapper.
+    """
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as XlaFSDP
+    from torch_xla.distributed.fsdp import checkpoint_module
+
+    if isinstance(module, tuple(classes)):
+        module = checkpoint_module(module)
+    wrapped: Module = XlaFSDP(module, *args, **kwargs)
+    return wrapped
+
+
+def checkpointing_kwargs(policy: _POLICY_SET | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Add the ``auto_wrapper_callable`` that checkpoints the classes of ``policy`` to the wrapper's ``kwargs``.
+
+    Returns:
+        ``kwargs``, changed in place (unchanged for an empty or ``None`` policy).
+
+    Raises:
+        InvalidConfigError: ``kwargs`` has its own ``auto_wrapper_callable`` (also a ``ValueError``).
+        TypeError: ``policy`` is not a set of classes.
+    """
+    if not policy:
+        return kwargs
+    if "auto_wrapper_callable" in kwargs:
+        raise InvalidConfigError(
+            "`XLAFSDPStrategy` got both `auto_wrapper_callable` and `activation_checkpointing_policy`, and the "
+            "checkpointing policy is applied through an `auto_wrapper_callable` of its own. Choose one.",
+            argument="activation_checkpointing_policy",
+            value=policy,
+        )
+    if not isinstance(policy, set):
+        raise TypeError(
+            f"`activation_checkpointing_policy` must be a set of module classes, got {policy!r}. To decide per "
+            "module otherwise, pass your own `auto_wrapper_callable`."
+        )
+    kwargs["auto_wrapper_callable"] = functools.partial(checkpointing_wrapper, policy)
+    return kwargs
+
+
+class XLAFSDPBackwardSyncControl(BackwardSyncControl):
+    """``fabric.no_backward_sync(model)`` under ``XLAFSDPStrategy``: the wrapper's ``no_sync()``."""
+
+    def no_backward_sync(self, module: Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
+        """Skip the gradient reduce-scatter inside the context (when ``enabled``).
+
+        Raises:
+            TypeError: ``module`` is not wrapped in ``XlaFullyShardedDataParallel``.
+        """
+        if not enabled:
+            return contextlib.nullcontext()
+        from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as XlaFSDP
+
+        if not isinstance(module, XlaFSDP):
+            raise TypeError(
+                f"`fabric.no_backward_sync(model)` with `XLAFSDPStrategy` needs the model returned by "
+                f"`fabric.setup_module` (an `XlaFullyShardedDataParallel`), got a {type(module).__name__}."
+            )
+        context: contextlib.AbstractContextManager[Any] = module.no_sync()
+        return context
+
+
+def _auto_wrap_policy_kwargs(policy: _POLICY | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Lightning's form of :func:`wrap_policy`: ``kwargs`` with the ``auto_wrap_policy`` for ``policy`` added."""
+    found = wrap_policy(policy)
+    if found is not None:
+        kwargs["auto_wrap_policy"] = found
+    return kwargs
+
+
+# Lightning's names for the helpers above.
+_activation_checkpointing_auto_wrapper: Final = checkpointing_wrapper
+_activation_checkpointing_kwargs: Final = checkpointing_kwargs
+_XLAFSDPBackwardSyncControl: Final = XLAFSDPBackwardSyncControl
 
 
 def _either(first: Callable[..., bool], second: Callable[..., bool], **kwargs: Any) -> bool:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from fabric_core.launchers.launcher import Launcher
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.types import LaunchedStrategy
 from fabric_core_xla import device
 
-__all__ = ["XLALauncher"]
+__all__ = ["XLALauncher", "rank_teardown"]
 
 
 class XLALauncher(Launcher):
@@ -65,14 +66,31 @@ class XLALauncher(Launcher):
 
 
 def _run_worker(process_index: int, function: Callable[..., Any], args: Any, kwargs: Any, results: Any) -> None:
-    import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
 
     if xr.addressable_device_count() > 1:
         # Several devices in one process run as threads sharing these objects: give each its own copy.
         function, args, kwargs = copy.deepcopy((function, args, kwargs))
     output = function(*args, **kwargs)
-    if xr.local_ordinal() == 0:
+    rank = xr.local_ordinal()
+    if rank == 0:
         results.put(move_data_to_device(output, "cpu"))
-    # Nobody leaves before everyone is done, so no process tears the runtime down under the others.
+    rank_teardown(rank)
+
+
+def rank_teardown(rank: int) -> None:
+    """End a launched process: wait for every other, then let local rank 0 leave last (imports torch_xla).
+
+    Nobody leaves before everyone is done, so no process tears the runtime down under the others; rank 0's
+    exit ends the process group, hence its short wait (pytorch/xla issue 2190).
+    """
+    import torch_xla.core.xla_model as xm
+
     xm.rendezvous("fabric_core_xla.launcher.end")
+    if rank == 0:
+        time.sleep(1)
+
+
+# Lightning's names at its ``strategies.launchers.xla`` path, which this module backs.
+_XLALauncher: Final = XLALauncher
+_rank_teardown: Final = rank_teardown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeAlias
 
 from torch.nn import Module
 from torch.optim import Optimizer
@@ -17,6 +17,9 @@ from fabric_core_xla import device
 from fabric_core_xla._names import PRECISIONS
 
 __all__ = ["TPUBf16Precision", "TPUPrecision", "XLABf16Precision", "XLAPrecision"]
+
+#: Lightning's type of the precisions this plugin takes (``_names.PRECISIONS`` as a type).
+_PRECISION_INPUT: TypeAlias = Literal["32-true", "16-true", "bf16-true"]
 
 # Older torch_xla versions (before 2.7 for fp16, 2.8 for bf16) also cast every XLA tensor to the half
 # type when these are set; newer ones ignore them, so the module is converted explicitly as well.
