@@ -1,8 +1,9 @@
 """Lightning Fabric's names that one of its modules re-exports from another, at our matching paths.
 
-Generated from lightning-fabric 2.6.6 by ``python tests/compat/lightning_reexports.py --write``;
-do not edit by hand. ``{our module: {name: source}}``, where the source is ``module`` (same name) or
-``module:name``. :func:`fabric_core._deferred.reexports` serves them as module attributes on first access.
+Generated from lightning-fabric 2.6.6 by
+``python tests/compat/lightning_reexports.py --write``; do not edit by hand.
+``{our module: {name: source}}``, where the source is ``module`` (same name) or ``module:name``.
+:func:`fabric_core._deferred.lightning_reexports` serves them as module attributes on first access.
 """
 
 from __future__ import annotations

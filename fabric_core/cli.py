@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fabric_core._deferred import reexports
+from fabric_core._deferred import lightning_reexports, reexports
 from fabric_core._manager import PluginManager, get_manager
 from fabric_core._registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError
@@ -26,7 +26,9 @@ __all__ = ["STRATEGY_REGISTRY", "main"]
 
 
 # Lightning's CLI module imports the strategy registry; the same read view of the catalog, on first access.
-__getattr__ = reexports(__name__, {"STRATEGY_REGISTRY": "fabric_core.strategies.registry"})
+__getattr__ = reexports(
+    __name__, {"STRATEGY_REGISTRY": "fabric_core.strategies.registry"}, fallback=lightning_reexports(__name__)
+)
 
 
 def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from fabric_core import _fabric_checks as checks
 from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
 from fabric_core._assembly import assemble
+from fabric_core._deferred import lightning_reexports
 from fabric_core._fabric_checkpoints import Checkpoints
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._signature import call_with_accepted, call_with_keywords, hooks
@@ -566,3 +567,7 @@ class Fabric(Checkpoints):
             ValueError: ``seed`` is not an integer in ``[0, 2**32 - 1]`` (also a ``TypeError`` for a wrong type).
         """
         return _seed_everything(seed=seed, workers=True if workers is None else workers, verbose=verbose)
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

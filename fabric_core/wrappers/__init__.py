@@ -13,6 +13,14 @@ the optimizer step, a forward is one extra Python call and an optimizer step a d
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch.nn import Module
+
+from fabric_core._deferred import lightning_reexports
 from fabric_core._signature import accepted_keywords
 from fabric_core.wrappers._guard import backward_state
 from fabric_core.wrappers._plan import StepPlan, overrides, step_plan
@@ -50,3 +58,66 @@ _unwrap_objects = unwrap_objects  # Lightning's name, which its examples import
 _FabricModule = FabricModule
 _FabricOptimizer = FabricOptimizer
 _FabricDataLoader = FabricDataLoader
+
+# Lightning's private names for the step methods a LightningModule routes through forward, and the type
+# variable of `state_dict`.
+_LIGHTNING_MODULE_STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
+T_destination = TypeVar("T_destination", bound=dict[str, Any])
+
+
+def _unwrap_compiled(obj: Any) -> tuple[Any, dict[str, Any] | None]:
+    """Lightning's form of :func:`unwrap_compiled`: the module inside ``torch.compile`` and how to compile again.
+
+    The second item is ``None`` for an uncompiled object; otherwise a handle that :func:`_to_compiled` turns
+    back into the same compilation (fabric-core reads it from the compiled module instead of recording the
+    arguments of every ``torch.compile`` call, so it is not ``torch.compile``'s keyword arguments).
+    """
+    inner, compiled = unwrap_compiled(obj)
+    return inner, None if compiled is None else {"compiled": compiled}
+
+
+def _to_compiled(module: Module, compile_kwargs: dict[str, Any]) -> Module:
+    """Compile ``module`` as :func:`_unwrap_compiled` found it (or with ``torch.compile``'s own arguments)."""
+    compiled = compile_kwargs.get("compiled")
+    if isinstance(compiled, Module) and len(compile_kwargs) == 1:
+        return recompile(module, compiled)
+    result: Module = torch.compile(module, **compile_kwargs)  # type: ignore[assignment]
+    return result
+
+
+def _backward_hook(requires_backward: bool, *_: Any) -> None:
+    """Refuse a backward that ``fabric.backward`` did not start, where the setup requires it."""
+    if requires_backward and not backward_state.active:
+        raise RuntimeError(
+            "The current strategy and precision selection requires you to call `fabric.backward(loss)`"
+            " instead of `loss.backward()`."
+        )
+
+
+def _capture_compile_kwargs(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a ``torch.compile``-like function so that a compiled module records the arguments it was given.
+
+    fabric-core never applies it to ``torch.compile`` itself (it reads how a module was compiled from the
+    module); it exists for code that wraps its own compile function the way Lightning does.
+    """
+
+    @functools.wraps(compile_fn)
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        if not args or not isinstance(args[0], Module):
+            return compile_fn(*args, **kwargs)  # used as a decorator, or compiling a function
+        model, *rest = args
+        compiled = compile_fn(model, *rest, **kwargs)
+        compiled._compile_kwargs = dict(kwargs)
+        return compiled
+
+    return capture
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_in_fabric_backward":  # Lightning's flag: whether `fabric.backward` is running now
+        return backward_state.active
+    return _lightning(name)
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+_lightning = lightning_reexports(__name__)

@@ -93,9 +93,10 @@ def render(data: dict[str, dict[str, str]]) -> str:
     lines = [
         '"""Lightning Fabric\'s names that one of its modules re-exports from another, at our matching paths.',
         "",
-        "Generated from lightning-fabric " + lightning_fabric.__version__ + " by ``python tests/compat/lightning_reexports.py --write``;",
-        "do not edit by hand. ``{our module: {name: source}}``, where the source is ``module`` (same name) or",
-        "``module:name``. :func:`fabric_core._deferred.reexports` serves them as module attributes on first access.",
+        f"Generated from lightning-fabric {lightning_fabric.__version__} by",
+        "``python tests/compat/lightning_reexports.py --write``; do not edit by hand.",
+        "``{our module: {name: source}}``, where the source is ``module`` (same name) or ``module:name``.",
+        ":func:`fabric_core._deferred.lightning_reexports` serves them as module attributes on first access.",
         '"""',
         "",
         "from __future__ import annotations",

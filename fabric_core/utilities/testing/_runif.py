@@ -12,6 +12,8 @@ import sys
 
 from packaging.version import Version
 
+from fabric_core._deferred import lightning_reexports
+
 __all__ = ["_runif_reasons"]
 
 
@@ -108,3 +110,7 @@ def _xla_device_available() -> bool:
         return bool(xm.get_xla_supported_devices())
     except Exception:  # torch_xla installed without a usable runtime
         return False
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
+__getattr__ = lightning_reexports(__name__)

@@ -120,3 +120,9 @@ class DDPBackwardSyncControl(BackwardSyncControl):
             )
         sync_off: contextlib.AbstractContextManager[Any] = module.no_sync()
         return sync_off
+
+
+# Lightning's private names at `strategies.ddp`: the strategy names that start processes by forking, and the
+# backward-sync control.
+_DDP_FORK_ALIASES = ("ddp_fork", "ddp_notebook")
+_DDPBackwardSyncControl = DDPBackwardSyncControl
