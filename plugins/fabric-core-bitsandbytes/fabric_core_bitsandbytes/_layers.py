@@ -73,12 +73,13 @@ def linear_class(mode: str, dtype: torch.dtype) -> type[nn.Linear]:
 
 
 def replace_linear_layers(
-    module: nn.Module, cls: type[nn.Linear], dtype: torch.dtype, ignore: Collection[str], prefix: str = ""
+    module: nn.Module, cls: type[nn.Linear], dtype: torch.dtype | None, ignore: Collection[str], prefix: str = ""
 ) -> list[str]:
     """Replace every ``nn.Linear`` below ``module`` whose qualified name starts with none of ``ignore``.
 
     The new layers take over the weights unquantized; bitsandbytes quantizes them when the module is moved
-    with ``.to(device)``. Biases are cast to ``dtype``, as bitsandbytes would at the first forward.
+    with ``.to(device)``. Biases are cast to ``dtype``, as bitsandbytes would at the first forward (``None``:
+    they keep theirs).
 
     Returns:
         The qualified names of the replaced layers.
@@ -93,7 +94,8 @@ def replace_linear_layers(
             layer = cls(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
             layer.weight = _with_data(layer.weight, child.weight.detach().clone())
             if child.bias is not None:
-                layer.bias = nn.Parameter(child.bias.detach().to(dtype), requires_grad=child.bias.requires_grad)
+                bias = child.bias.detach() if dtype is None else child.bias.detach().to(dtype)
+                layer.bias = nn.Parameter(bias, requires_grad=child.bias.requires_grad)
             layer.train(child.training)
             setattr(module, name, layer)
             replaced.append(qualified)

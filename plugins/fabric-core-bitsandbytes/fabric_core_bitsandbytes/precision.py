@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -13,7 +14,20 @@ from torch.nn import Module
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, true_conversions
 
+# Lightning's private names at its ``plugins.precision.bitsandbytes`` path, which this module backs (hence unused
+# here); none of them imports bitsandbytes before it is called.
+from fabric_core_bitsandbytes._lightning import (  # noqa: F401
+    _BITSANDBYTES_AVAILABLE,
+    _convert_layers,
+    _ignore_missing_weights_hook,
+    _import_bitsandbytes,
+    _quantize_on_load_hook,
+    _replace_param,
+)
+
 __all__ = ["MODES", "BitsandbytesPrecision"]
+
+log = logging.getLogger(__name__)
 
 #: The quantization modes, in the order ``fabric-core list-plugins`` shows them.
 MODES: Final = ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
