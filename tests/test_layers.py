@@ -38,6 +38,7 @@ MODULE_LAYERS: Final[Mapping[str, str]] = {
     "fabric_core.errors": "foundation",
     "fabric_core._signature": "foundation",
     "fabric_core._deferred": "foundation",
+    "fabric_core._lightning_names": "foundation",
     "fabric_core._logging": "foundation",
     "fabric_core.utilities.types": "foundation",
     "fabric_core._version": "foundation",
@@ -63,6 +64,7 @@ MODULE_LAYERS: Final[Mapping[str, str]] = {
     **dict.fromkeys(
         (
             "fabric_core.utilities._active",
+            "fabric_core.utilities._process_group",
             "fabric_core.utilities.cloud_io",
             "fabric_core.utilities.consolidate_checkpoint",
             "fabric_core.utilities.operations",

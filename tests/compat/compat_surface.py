@@ -267,6 +267,76 @@ def _compare_positions(
             return
 
 
+# Lightning's packaging modules: their names describe Lightning's distribution, not an API.
+_PACKAGING_MODULES = ("__about__", "__setup__", "__version__")
+
+
+def every_module() -> list[str]:
+    """Every module of the installed lightning_fabric, private ones included, except its packaging modules."""
+    pkg = importlib.import_module(LIGHTNING)
+    names = [LIGHTNING]
+    names += [i.name for i in pkgutil.walk_packages(pkg.__path__, LIGHTNING + ".", onerror=lambda _name: None)]
+    return sorted(n for n in names if n.rsplit(".", 1)[-1] not in _PACKAGING_MODULES)
+
+
+def module_level_names(module: types.ModuleType) -> list[str]:
+    """Every name ``module`` defines at module level, or imports there from another Lightning module.
+
+    Private names count (``_lazy_load``, ``_XLA_AVAILABLE``, ``_PRECISION_INPUT``): real code imports them. Left
+    out: dunders, submodules, names imported from outside lightning_fabric (``Optional``, ``torch``, ``override``),
+    ``TYPE_CHECKING`` and module loggers (``log = logging.getLogger(__name__)``), which are plumbing. Read from the
+    module's source, so that ``from lightning_fabric.x import y`` counts and ``from torch import y`` does not.
+    """
+    import ast
+    import logging
+
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return []
+    foreign: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            foreign.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module
+            and node.module != LIGHTNING
+            and not node.module.startswith(LIGHTNING + ".")
+        ):
+            foreign.update(alias.asname or alias.name for alias in node.names)
+    names = []
+    for name, obj in vars(module).items():
+        if name.startswith("__") or name in foreign or name == "TYPE_CHECKING":
+            continue
+        if isinstance(obj, types.ModuleType | logging.Logger):
+            continue
+        names.append(name)
+    return sorted(names)
+
+
+def missing_module_level_names() -> tuple[list[str], int]:
+    """``lightning_fabric.X.name`` for each module-level name our ``fabric_core.X`` lacks, and how many were looked at.
+
+    A module that does not import under fabric_core makes each of its names missing.
+    """
+    import warnings
+
+    missing: list[str] = []
+    compared = 0
+    for mod_path in every_module():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's deprecated paths warn on import
+            theirs = importlib.import_module(mod_path)
+            ours = _import(ours_path(mod_path))
+        for name in module_level_names(theirs):
+            compared += 1
+            if ours is None or _lookup_static(ours, name) is _MISSING:
+                missing.append(f"{mod_path}.{name}")
+    return missing, compared
+
+
 def _show(value: Any) -> str:
     return "<required>" if value is inspect.Parameter.empty else repr(value)
 

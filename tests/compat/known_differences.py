@@ -79,6 +79,11 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "lightning_fabric.utilities.rank_zero_warn(stacklevel)": (DELIBERATE, "ours counts from the caller; both attribute the record to the calling line"),
 }
 
+# Module-level names of every Lightning module, private ones included, that fabric_core lacks at the same path
+# (see compat_surface.module_level_names for what counts as a name).
+MODULE_LEVEL: dict[str, tuple[str, str]] = {
+}
+
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
 # A positional call that binds to another parameter here (see test_positional_arguments_bind_to_the_same_parameters).
 POSITIONS: dict[str, tuple[str, str]] = {

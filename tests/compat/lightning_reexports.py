@@ -87,7 +87,14 @@ def table() -> dict[str, dict[str, str]]:
     return result
 
 
+def _relative(path: str) -> str:
+    return path.removeprefix(OURS).lstrip(".")
+
+
 def render(data: dict[str, dict[str, str]]) -> str:
+    """The table as Python: per module, each source module with the names taken from it (``name=original``)."""
+    import textwrap
+
     import lightning_fabric
 
     lines = [
@@ -95,22 +102,57 @@ def render(data: dict[str, dict[str, str]]) -> str:
         "",
         f"Generated from lightning-fabric {lightning_fabric.__version__} by",
         "``python tests/compat/lightning_reexports.py --write``; do not edit by hand.",
-        "``{our module: {name: source}}``, where the source is ``module`` (same name) or ``module:name``.",
-        ":func:`fabric_core._deferred.lightning_reexports` serves them as module attributes on first access.",
+        "``{our module: {source module: names}}``, paths relative to ``fabric_core`` (``\"\"`` is the package): the",
+        "space-separated names are taken from the source module;",
+        "``name=original`` where Lightning imports under another name. :func:`reexported` gives one module's",
+        "``{name: source}``; :func:`fabric_core._deferred.lightning_reexports` serves them on first access.",
         '"""',
         "",
         "from __future__ import annotations",
         "",
+        "import functools",
         "from typing import Final",
         "",
         "# fmt: off",
-        "REEXPORTS: Final[dict[str, dict[str, str]]] = {",
+        "_SOURCES: Final[dict[str, dict[str, str]]] = {",
     ]
     for module, names in data.items():
-        lines.append(f"    {module!r}: {{")
-        lines += [f"        {name!r}: {source!r}," for name, source in names.items()]
+        by_source: dict[str, list[str]] = {}
+        for name, source in names.items():
+            source_module, _, original = source.partition(":")
+            by_source.setdefault(_relative(source_module), []).append(f"{name}={original}" if original else name)
+        lines.append(f"    {_relative(module)!r}: {{")
+        for source_module, taken in by_source.items():
+            width = 120 - len(f"        {source_module!r}: '',")
+            chunks = textwrap.wrap(" ".join(taken), width=width, break_on_hyphens=False)
+            if len(chunks) == 1:
+                lines.append(f"        {source_module!r}: {chunks[0]!r},")
+            else:
+                lines.append(f"        {source_module!r}: (")
+                lines += [f"            {chunk + ' '!r}" for chunk in chunks[:-1]]
+                lines += [f"            {chunks[-1]!r}", "        ),"]
         lines.append("    },")
-    lines += ["}", "# fmt: on", ""]
+    lines += [
+        "}",
+        "# fmt: on",
+        "",
+        "",
+        "@functools.cache",
+        "def reexported(module: str) -> dict[str, str]:",
+        '    """``{name: source}`` for ``module`` (source: ``module`` or ``module:original``); empty if none."""',
+        "    found: dict[str, str] = {}",
+        '    for source, names in _SOURCES.get(module.removeprefix("fabric_core").lstrip("."), {}).items():',
+        '        path = f"fabric_core.{source}" if source else "fabric_core"',
+        "        for entry in names.split():",
+        '            name, _, original = entry.partition("=")',
+        '            found[name] = f"{path}:{original}" if original else path',
+        "    return found",
+        "",
+        "",
+        "#: Every module that re-exports something, with its names: ``{module: {name: source}}``.",
+        'REEXPORTS: Final = {path: reexported(path) for path in (f"fabric_core.{m}".rstrip(".") for m in _SOURCES)}',
+        "",
+    ]
     return "\n".join(lines)
 
 

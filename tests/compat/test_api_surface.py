@@ -1,8 +1,10 @@
-"""Lightning Fabric's public API surface, compared name by name and parameter by parameter with ours.
+"""Lightning Fabric's API surface, compared name by name and parameter by parameter with ours.
 
 Every public name, class member and parameter of the installed ``lightning_fabric`` must exist at the same
-path under ``fabric_core`` (``lightning_fabric.X.Y`` -> ``fabric_core.X.Y``), and every default must match,
-except for the entries of ``known_differences.py``; an entry that no longer differs fails too.
+path under ``fabric_core`` (``lightning_fabric.X.Y`` -> ``fabric_core.X.Y``), and every default must match;
+so must every module-level name of every Lightning module, private ones included (real code imports
+``_lazy_load``, ``_XLA_AVAILABLE``, ...), except for the entries of ``known_differences.py``; an entry that no
+longer differs fails too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compat_surface as surface
 import known_differences as known
+import lightning_reexports
 
 
 @functools.cache
@@ -64,7 +67,35 @@ def test_positional_arguments_bind_to_the_same_parameters() -> None:
     assert not differing, _failure("positional parameters differ from lightning_fabric's", differing, _ADD)
 
 
-@pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS"])
+@functools.cache
+def _private() -> tuple[list[str], int]:
+    return surface.missing_module_level_names()
+
+
+def test_every_module_level_name_exists() -> None:
+    """Private names included: ``from lightning.fabric.utilities.load import _lazy_load`` works on fabric-core."""
+    missing = [n for n in _private()[0] if n not in known.MODULE_LEVEL]
+    assert not missing, _failure("module-level names of lightning_fabric are missing under fabric_core", missing, _ADD)
+
+
+def test_the_module_level_walk_sees_private_names() -> None:
+    _, compared = _private()
+    assert compared > 800, compared
+    import lightning_fabric.utilities.load
+
+    names = surface.module_level_names(lightning_fabric.utilities.load)
+    assert {"_lazy_load", "_NotYetLoadedTensor", "_METADATA_FILENAME", "_PATH"} <= set(names)
+    assert not {"Optional", "torch", "override", "TYPE_CHECKING", "os"} & set(names)  # imports are not names
+
+
+def test_the_reexport_table_matches_lightning() -> None:
+    """``fabric_core/_lightning_names.py`` is what ``lightning_reexports.py --write`` makes of this Lightning."""
+    from fabric_core._lightning_names import REEXPORTS
+
+    assert lightning_reexports.table() == REEXPORTS, "run `python tests/compat/lightning_reexports.py --write`"
+
+
+@pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS", "MODULE_LEVEL"])
 def test_allow_list_has_no_stale_entries(section: str) -> None:
     report = _report()
     found = {
@@ -73,13 +104,14 @@ def test_allow_list_has_no_stale_entries(section: str) -> None:
         "PARAMS": set(report.params),
         "DEFAULTS": set(report.defaults),
         "POSITIONS": set(report.positions),
+        "MODULE_LEVEL": set(_private()[0]),
     }[section]
     stale = [key for key in getattr(known, section) if key not in found]
     assert not stale, _failure(f"{section} entries are stale", stale, _STALE)
 
 
 def test_allow_list_entries_are_well_formed() -> None:
-    for section in ("MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS"):
+    for section in ("MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS", "MODULE_LEVEL"):
         for key, (kind, reason) in getattr(known, section).items():
             assert key.startswith("lightning_fabric"), key
             assert kind in (known.GAP, known.DELIBERATE), (key, kind)
