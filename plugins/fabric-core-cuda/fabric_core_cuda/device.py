@@ -19,7 +19,7 @@ import torch
 
 from fabric_core.errors import InvalidConfigError
 
-__all__ = ["find_usable_cuda_devices", "is_available", "num_cuda_devices"]
+__all__ = ["find_usable_cuda_devices", "is_available", "num_cuda_devices", "visible_device_indices"]
 
 _PROBE_TIMEOUT_S: Final = 120
 # Run in a separate interpreter: allocating on a device creates a CUDA context there, which this process
@@ -60,6 +60,11 @@ def num_cuda_devices() -> int:
         return int(torch.cuda.device_count())
     except Exception:
         return 0
+
+
+def visible_device_indices() -> list[int]:
+    """The indices of the visible CUDA devices, ``0 .. n-1`` (after ``CUDA_VISIBLE_DEVICES``); no CUDA context."""
+    return list(range(num_cuda_devices()))
 
 
 def is_available() -> bool:

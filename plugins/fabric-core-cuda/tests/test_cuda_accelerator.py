@@ -22,6 +22,7 @@ RANK_ZERO_LOGGER = "fabric_core.utilities.rank_zero"
 def ampere(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend cuda:0 is an A100 (compute capability 8.0) and no hint was given yet."""
     monkeypatch.setattr(accelerator, "_HINTED", set())
+    monkeypatch.setattr(device, "num_cuda_devices", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA A100-SXM4-80GB")
 
