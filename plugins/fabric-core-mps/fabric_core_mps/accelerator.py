@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -11,7 +11,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.device_parser import parse_device_ids
 from fabric_core_mps import device
 
-__all__ = ["MPSAccelerator"]
+__all__ = ["MPSAccelerator", "available_device_indices"]
 
 
 class MPSAccelerator(Accelerator):
@@ -47,7 +47,7 @@ class MPSAccelerator(Accelerator):
         Raises:
             InvalidConfigError: An unknown form, ``0``, or more than the one device.
         """
-        return parse_device_ids(devices, [0] if device.is_available() else [], accelerator="mps")
+        return parse_device_ids(devices, available_device_indices(), accelerator="mps")
 
     @staticmethod
     def get_parallel_devices(devices: Any) -> list[torch.device]:
@@ -63,3 +63,12 @@ class MPSAccelerator(Accelerator):
     def is_available() -> bool:
         """Whether this is an Apple silicon Mac whose torch supports MPS (and ``DISABLE_MPS`` is not 1)."""
         return device.is_available()
+
+
+def available_device_indices() -> list[int]:
+    """``[0]`` where MPS can be used (a Mac has one MPS device), else ``[]``."""
+    return [0] if device.is_available() else []
+
+
+#: Lightning's name at its ``accelerators.mps`` path, which this module backs.
+_get_all_available_mps_gpus: Final = available_device_indices
