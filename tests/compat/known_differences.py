@@ -28,18 +28,13 @@ NAMES: dict[str, tuple[str, str]] = {
     "lightning_fabric.accelerators.registry.call_register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.accelerators.xla.XLAAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.plugins.TransformerEnginePrecision": (DELIBERATE, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only); the path exists and says so"),
-    "lightning_fabric.plugins.collectives.torch_collective.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.plugins.precision.TransformerEnginePrecision": (DELIBERATE, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only); the path exists and says so"),
     "lightning_fabric.plugins.precision.transformer_engine.TransformerEnginePrecision": (DELIBERATE, "no plugin provides TransformerEnginePrecision (CUDA + transformer_engine only); the path exists and says so"),
     "lightning_fabric.strategies.ddp.DDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.ddp.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.strategies.deepspeed.DeepSpeedStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.deepspeed.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.strategies.dp.DataParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.strategies.fsdp.FSDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.fsdp.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.strategies.model_parallel.ModelParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.model_parallel.default_pg_timeout": (DELIBERATE, "torch's constant that Lightning's module imports; take it from torch.distributed.constants"),
     "lightning_fabric.strategies.parallel.ParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.strategies.single_device.SingleDeviceStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
@@ -82,6 +77,21 @@ DEFAULTS: dict[str, tuple[str, str]] = {
 # Module-level names of every Lightning module, private ones included, that fabric_core lacks at the same path
 # (see compat_surface.module_level_names for what counts as a name).
 MODULE_LEVEL: dict[str, tuple[str, str]] = {
+    "lightning_fabric._graveyard.tpu.SingleDeviceXLAStrategy": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.SingleTPUStrategy": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.TPUAccelerator": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.TPUBf16Precision": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.TPUPrecision": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.XLAAccelerator": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.XLABf16Precision": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.XLAPrecision": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu._StrategyRegistry": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu._patch_classes": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu._patch_sys_modules": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric._graveyard.tpu.rank_zero_deprecation": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
+    "lightning_fabric.accelerators.registry.call_register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
+    "lightning_fabric.cli._main": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
+    "lightning_fabric.cli._run": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
 }
 
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
