@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from torch.nn import Module
+
 from fabric_core.io.restore import restore_state
+from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_deepspeed._trust import check_pickles
 
 if TYPE_CHECKING:
@@ -25,10 +29,13 @@ __all__ = [
     "TAG",
     "Layout",
     "check_folder",
+    "engines_in",
     "extras_from_client_state",
+    "is_checkpoint_folder",
     "load_folder",
     "model_states_file",
     "split_state",
+    "warn_on_deepspeed_keys",
 ]
 
 #: The tag (sub-folder) every checkpoint of this strategy is written under.
@@ -152,22 +159,54 @@ def extras_from_client_state(client_state: Mapping[str, Any]) -> tuple[dict[str,
     return {"module": None, "optimizer": None, "state": extras}, extras
 
 
+def is_checkpoint_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder with the :data:`TAG` sub-folder that every DeepSpeed checkpoint has."""
+    folder = Path(path)
+    return folder.is_dir() and (folder / TAG).is_dir()
+
+
 def check_folder(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``.
 
     Raises:
-        FileNotFoundError: Nothing exists at ``path``, or it is a folder without the checkpoint's tag.
+        FileNotFoundError: Nothing exists at ``path``, or it is not a checkpoint folder; when it lies inside
+            one (the tag sub-folder, or a file in it), the message names the folder to pass instead.
     """
     folder = Path(path)
     if not folder.exists():
         raise FileNotFoundError(f"The DeepSpeed checkpoint folder {os.fspath(path)!r} does not exist.")
-    if not (folder / TAG).is_dir():
-        raise FileNotFoundError(
-            f"{os.fspath(path)!r} is not a DeepSpeed checkpoint written by `fabric.save` with the DeepSpeed "
-            f"strategy: it has no {TAG!r} sub-folder. Pass the folder given to `fabric.save(path, ...)`, or a "
-            "single file consolidated with `fabric_core_deepspeed.consolidate(folder, output)`."
+    if is_checkpoint_folder(folder):
+        return folder
+    for outer in (folder.parent, folder.parent.parent):
+        if is_checkpoint_folder(outer):
+            raise FileNotFoundError(
+                f"{os.fspath(path)!r} is not a DeepSpeed checkpoint folder but lies inside one. Load the "
+                f"checkpoint folder itself: {outer}"
+            )
+    raise FileNotFoundError(
+        f"{os.fspath(path)!r} is not a DeepSpeed checkpoint written by `fabric.save` with the DeepSpeed "
+        f"strategy: it has no {TAG!r} sub-folder. Pass the folder given to `fabric.save(path, ...)`, or a "
+        "single file consolidated with `fabric_core_deepspeed.consolidate(folder, output)`."
+    )
+
+
+def engines_in(state: Mapping[str, Any]) -> list[Any]:
+    """Every DeepSpeed engine among the modules of ``state`` and their submodules (imports deepspeed)."""
+    from deepspeed import DeepSpeedEngine
+
+    modules = chain.from_iterable(value.modules() for value in state.values() if isinstance(value, Module))
+    return [module for module in modules if isinstance(module, DeepSpeedEngine)]
+
+
+def warn_on_deepspeed_keys(state: Mapping[str, Any]) -> None:
+    """Warn when ``state`` has keys DeepSpeed writes itself, which it would overwrite if they were saved next
+    to its own (as a ``client_state``); this plugin saves the user's state under :data:`META_KEY` instead."""
+    colliding = sorted(DEEPSPEED_KEYS.intersection(state))
+    if colliding:
+        rank_zero_warn(
+            "These keys of your state collide with DeepSpeed's internal engine state and would be overwritten "
+            f"by DeepSpeed if saved next to it: {', '.join(colliding)}. Consider renaming them."
         )
-    return folder
 
 
 def model_states_file(folder: Path, tag: str = TAG) -> Path:

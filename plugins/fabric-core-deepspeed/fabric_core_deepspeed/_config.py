@@ -13,6 +13,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.rank_zero import rank_zero_info
 
 __all__ = [
+    "CLIPPING_MESSAGE",
     "CONFIG_PATH_VARIABLE",
     "CONFIG_PATH_VARIABLES",
     "LIGHTNING_CONFIG_PATH_VARIABLE",
@@ -20,6 +21,7 @@ __all__ = [
     "STAGES",
     "add_batch_size",
     "add_precision",
+    "check_choice",
     "generated_config",
     "load_config",
     "zero_stage",
@@ -32,6 +34,12 @@ LIGHTNING_CONFIG_PATH_VARIABLE: Final = "PL_DEEPSPEED_CONFIG_PATH"
 CONFIG_PATH_VARIABLES: Final = (CONFIG_PATH_VARIABLE, LIGHTNING_CONFIG_PATH_VARIABLE)
 STAGES: Final = (0, 1, 2, 3)
 OFFLOAD_DEVICES: Final = ("cpu", "nvme")
+#: Why the strategy's clipping methods refuse: DeepSpeed clips inside its optimizer step, as its config says.
+CLIPPING_MESSAGE: Final = (
+    "DeepSpeed handles gradient clipping automatically within the optimizer. Make sure to set the "
+    "`gradient_clipping` value in your config: `DeepSpeedStrategy(config={..., 'gradient_clipping': 1.0})`, or "
+    "`fabric.strategy.config['gradient_clipping'] = 1.0` before `fabric.setup(...)`."
+)
 #: The config sections each precision adds (when the config lacks them).
 _FP16: Final = frozenset({"16-mixed", "16-true"})
 _BF16: Final = frozenset({"bf16-mixed", "bf16-true"})
@@ -173,6 +181,21 @@ def add_precision(config: dict[str, Any], precision: str, loss_scaling: Mapping[
     elif wanted == "bf16" and "bf16" not in config:
         rank_zero_info("Enabling DeepSpeed BF16. Model parameters and inputs will be cast to `bfloat16`.")
         config["bf16"] = {"enabled": True}
+
+
+def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """Reject a ``DeepSpeedStrategy`` option outside its valid ``choices``.
+
+    Raises:
+        InvalidConfigError: ``value`` is not one of ``choices``.
+    """
+    if value not in choices:
+        raise InvalidConfigError(
+            f"`DeepSpeedStrategy({name}={value!r})` is not supported. Valid choices: "
+            f"{', '.join(repr(c) for c in choices)}.",
+            argument=name,
+            value=value,
+        )
 
 
 def _enabled(section: Any) -> bool:

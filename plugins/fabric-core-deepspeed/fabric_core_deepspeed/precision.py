@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeAlias
 
 import torch
 from torch import Tensor
@@ -11,6 +11,9 @@ from torch.nn import Module
 from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, supported
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
+
+#: Lightning's type of the precisions DeepSpeed takes (:data:`SUPPORTED_PRECISIONS` as a type).
+_PRECISION_INPUT: TypeAlias = Literal["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"]
 
 _DTYPES: Final[dict[str, torch.dtype]] = {
     "32-true": torch.float32,

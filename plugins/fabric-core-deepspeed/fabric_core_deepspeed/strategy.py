@@ -20,6 +20,18 @@ from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
 from fabric_core.utilities.types import PathLike
 from fabric_core_deepspeed import _checkpoint, _config
+
+# Lightning's private names at its ``strategies.deepspeed`` path, which this module backs (hence unused here).
+from fabric_core_deepspeed._lightning import (  # noqa: F401
+    _DEEPSPEED_AVAILABLE,
+    _DEEPSPEED_GREATER_EQUAL_0_16,
+    _format_precision_config,
+    _get_deepspeed_engines_from_state,
+    _is_deepspeed_checkpoint,
+    _validate_checkpoint_directory,
+    _validate_device_index_selection,
+    _validate_state_keys,
+)
 from fabric_core_deepspeed.precision import DeepSpeedPrecision
 
 if TYPE_CHECKING:
@@ -156,9 +168,9 @@ class DeepSpeedStrategy(ParallelStrategy):
         **wiring: Unpack[ParallelWiring],
     ) -> None:
         super().__init__(**wiring)
-        _check_choice("stage", stage, _config.STAGES)
-        _check_choice("offload_params_device", offload_params_device, _config.OFFLOAD_DEVICES)
-        _check_choice("offload_optimizer_device", offload_optimizer_device, _config.OFFLOAD_DEVICES)
+        _config.check_choice("stage", stage, _config.STAGES)
+        _config.check_choice("offload_params_device", offload_params_device, _config.OFFLOAD_DEVICES)
+        _config.check_choice("offload_optimizer_device", offload_optimizer_device, _config.OFFLOAD_DEVICES)
         self.remote_device = remote_device
         self.logging_batch_size_per_gpu = logging_batch_size_per_gpu
         self.exclude_frozen_parameters = exclude_frozen_parameters
@@ -473,7 +485,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         Raises:
             NotImplementedError: Always; set ``gradient_clipping`` in the DeepSpeed config instead.
         """
-        raise NotImplementedError(_CLIPPING_MESSAGE)
+        raise NotImplementedError(_config.CLIPPING_MESSAGE)
 
     def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float | int) -> None:
         """Not possible from outside the engine.
@@ -481,7 +493,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         Raises:
             NotImplementedError: Always; set ``gradient_clipping`` in the DeepSpeed config instead.
         """
-        raise NotImplementedError(_CLIPPING_MESSAGE)
+        raise NotImplementedError(_config.CLIPPING_MESSAGE)
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def save_checkpoint(
@@ -580,20 +592,3 @@ class DeepSpeedStrategy(ParallelStrategy):
         state = self.__dict__.copy()
         state["_engines"] = []
         return state
-
-
-_CLIPPING_MESSAGE: Final = (
-    "DeepSpeed handles gradient clipping automatically within the optimizer. Make sure to set the "
-    "`gradient_clipping` value in your config: `DeepSpeedStrategy(config={..., 'gradient_clipping': 1.0})`, or "
-    "`fabric.strategy.config['gradient_clipping'] = 1.0` before `fabric.setup(...)`."
-)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
-    if value not in choices:
-        raise InvalidConfigError(
-            f"`DeepSpeedStrategy({name}={value!r})` is not supported. Valid choices: "
-            f"{', '.join(repr(c) for c in choices)}.",
-            argument=name,
-            value=value,
-        )
