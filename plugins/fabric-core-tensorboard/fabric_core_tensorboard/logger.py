@@ -9,16 +9,22 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import torch
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.loggers.logger import Logger, warn_not_reattached
+from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.logger import flatten_params, params_as_dict
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["TensorBoardLogger"]
+
+# Lightning's flags at its ``loggers.tensorboard`` path (this module backs it): whether each distribution is
+# installed, checked once on first use. The logger itself asks at each start whether the module imports.
+_TENSORBOARD_AVAILABLE: Final = RequirementCache("tensorboard")
+_TENSORBOARDX_AVAILABLE: Final = RequirementCache("tensorboardX")
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 _HPARAM_TYPES = (bool, int, float, str)
