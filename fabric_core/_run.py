@@ -30,7 +30,7 @@ from fabric_core._run_checks import num_processes as _num_processes
 from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import FabricCoreError, InvalidConfigError, UnknownNameError
 
-__all__ = ["add_run_parser", "run_command", "run_torchrun", "runners_with_options"]
+__all__ = ["add_run_parser", "run_command", "run_torchrun", "runners_with_options", "set_run_environment"]
 
 
 def add_run_parser(sub: Any, runners: Sequence[tuple[str, Any]] = ()) -> None:
@@ -177,11 +177,7 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         "num_nodes": str(args.num_nodes),
         "precision": args.precision,
     }
-    os.environ[CLI_ENV] = "1"
-    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-    for arg, var in ENV_OVERRIDES.items():
-        if values[arg] is not None:
-            os.environ[var] = values[arg]
+    set_run_environment(values)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(nprocs, 1))))
     torchrun_args = [
         f"--nproc_per_node={nprocs}",
@@ -196,6 +192,18 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         *args.script_args,
     ]
     return _torchrun(torchrun_args, restarts)
+
+
+def set_run_environment(values: dict[str, str | None]) -> None:
+    """Set what ``Fabric()`` reads in the processes this one starts: that ``fabric-core run`` started them, its
+    PID, and each given option (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``) as its
+    ``FABRIC_CORE_*`` variable (``None``: left unset)."""
+    os.environ[CLI_ENV] = "1"
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    for arg, var in ENV_OVERRIDES.items():
+        value = values.get(arg)
+        if value is not None:
+            os.environ[var] = value
 
 
 def _torchrun(torchrun_args: list[str], max_restarts: int = 0) -> int:

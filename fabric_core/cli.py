@@ -273,14 +273,16 @@ def _set_env_variables(args: argparse.Namespace) -> None:
         args: ``accelerator``, ``strategy``, ``devices``, ``num_nodes`` and ``precision`` (``None``: not set).
     """
     from fabric_core._arguments import ENV_OVERRIDES
-    from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
+    from fabric_core._run import set_run_environment
 
-    os.environ[CLI_ENV] = "1"
-    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-    for arg, var in ENV_OVERRIDES.items():
-        value = getattr(args, arg)
-        if value is not None or arg in ("devices", "num_nodes"):
-            os.environ[var] = str(value)
+    # Lightning always sets the devices and the number of nodes; the other options only when given.
+    values = {arg: getattr(args, arg) for arg in ENV_OVERRIDES}
+    set_run_environment(
+        {
+            arg: None if value is None and arg not in ("devices", "num_nodes") else str(value)
+            for arg, value in values.items()
+        }
+    )
 
 
 def _get_num_processes(accelerator: str | None, devices: str) -> int:
