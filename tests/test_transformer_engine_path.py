@@ -1,0 +1,122 @@
+"""Lightning's ``plugins.precision.transformer_engine`` path: its flag and layer swap, next to Lightning's.
+
+Transformer Engine is not installed here (it needs CUDA). Without it both packages fail alike; with a
+stand-in ``transformer_engine.pytorch`` whose layers are torch's, both swap the same layers the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import warnings
+from collections.abc import Callable
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+import pytest
+import torch
+from torch import nn
+
+import fabric_core.plugins.precision.transformer_engine as ours
+
+lightning = pytest.importorskip("lightning_fabric.plugins.precision.transformer_engine")
+
+
+def test_the_names_lightning_defines_are_here() -> None:
+    from fabric_core.plugins.precision.transformer_engine import _TRANSFORMER_ENGINE_AVAILABLE, _convert_layers
+
+    assert callable(_convert_layers)
+    assert bool(_TRANSFORMER_ENGINE_AVAILABLE) is bool(lightning._TRANSFORMER_ENGINE_AVAILABLE) is False
+    assert "transformer_engine" in str(_TRANSFORMER_ENGINE_AVAILABLE)
+    assert isinstance(ours.log, logging.Logger)
+
+
+def test_the_precision_itself_is_absent_with_the_reason() -> None:
+    with pytest.raises(AttributeError, match="no TransformerEnginePrecision"):
+        ours.TransformerEnginePrecision  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from fabric_core.plugins.precision.transformer_engine import TransformerEnginePrecision")
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        ours.nothing_here  # noqa: B018
+
+
+def test_the_names_lightning_imports_there_are_served_too() -> None:
+    from fabric_core.plugins.precision.precision import Precision
+
+    assert ours.Precision is Precision
+    assert callable(ours.rank_zero_warn)
+
+
+def test_importing_the_path_imports_no_torch() -> None:
+    code = "import sys, fabric_core.plugins.precision.transformer_engine; print('torch' in sys.modules)"
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("module", [lightning, ours], ids=["lightning", "fabric_core"])
+def test_converting_without_transformer_engine_is_a_missing_module(module: ModuleType) -> None:
+    with pytest.raises(ModuleNotFoundError, match="transformer_engine"):
+        module._convert_layers(nn.Sequential(nn.Linear(16, 16)))
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``transformer_engine.pytorch`` whose ``Linear``/``LayerNorm`` are torch's, renamed to be told apart."""
+
+    class Linear(nn.Linear):
+        pass
+
+    class LayerNorm(nn.LayerNorm):
+        pass
+
+    modules: dict[str, ModuleType] = {}
+    for name in ("transformer_engine", "transformer_engine.pytorch"):
+        modules[name] = ModuleType(name)
+        modules[name].__spec__ = ModuleSpec(name, None)
+        monkeypatch.setitem(sys.modules, name, modules[name])
+    te = modules["transformer_engine.pytorch"]
+    modules["transformer_engine"].pytorch = te  # type: ignore[attr-defined]
+    te.Linear, te.LayerNorm = Linear, LayerNorm  # type: ignore[attr-defined]
+    return te
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(16, 32),
+        nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 16, bias=False), nn.ReLU()),
+        nn.Linear(16, 10),  # 10 output features: not FP8-friendly, stays
+        nn.LayerNorm(10),
+    )
+
+
+def _convert(convert: Callable[[nn.Module], None]) -> tuple[nn.Module, list[str]]:
+    model = _model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        convert(model)
+    return model, [str(w.message) for w in caught]
+
+
+def test_both_swap_the_same_layers_and_keep_the_weights(stand_in: ModuleType) -> None:
+    (theirs, their_warnings), (mine, my_warnings) = _convert(lightning._convert_layers), _convert(ours._convert_layers)
+    kinds = [[type(m).__qualname__ for m in model.modules()] for model in (theirs, mine)]
+    assert kinds[0] == kinds[1]
+    swapped = [q for q in kinds[1] if q.startswith("stand_in.")]
+    assert sorted(swapped) == ["stand_in.<locals>.LayerNorm"] * 2 + ["stand_in.<locals>.Linear"] * 2
+    assert isinstance(mine[2], nn.Linear) and not isinstance(mine[2], stand_in.Linear)
+    original = dict(_model().named_parameters())
+    for model in (theirs, mine):
+        assert {n: p.tolist() for n, p in model.named_parameters()} == {n: p.tolist() for n, p in original.items()}
+    assert len(their_warnings) == len(my_warnings) == 1
+    for message in (their_warnings[0], my_warnings[0]):
+        assert "'2'" in message and "divisible by 8" in message and "16" in message
+
+
+def test_the_stand_in_was_used(stand_in: ModuleType) -> None:
+    model, _ = _convert(ours._convert_layers)
+    assert isinstance(model[0], stand_in.Linear) and isinstance(model[1][0], stand_in.LayerNorm)
+    assert importlib.import_module("transformer_engine.pytorch") is stand_in
