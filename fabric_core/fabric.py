@@ -40,7 +40,6 @@ from fabric_core.utilities.apply_func import (
 )
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core.utilities.seed import seed_everything as _seed_everything
-from fabric_core.utilities.seed import seed_workers_enabled, worker_init_function
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled, unwrap_objects
 from fabric_core.wrappers._guard import BackwardState
 
@@ -313,8 +312,7 @@ class Fabric(Checkpoints):
         ):
             sampler = data_utils.distributed_sampler_for(dataloader, **sampler_kwargs)
             dataloader = data_utils.replace_sampler(dataloader, sampler)
-        if seed_workers_enabled() and dataloader.worker_init_fn is None:
-            dataloader.worker_init_fn = functools.partial(worker_init_function, rank=self.global_rank)
+        data_utils._auto_add_worker_init_fn(dataloader, self.global_rank)
         dataloader = self._strategy.process_dataloader(dataloader)
         return FabricDataLoader(dataloader, self.device if move_to_device else None)
 

@@ -10,6 +10,7 @@ import torch
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.data import _epoch_samplers as epoch_samplers
 from fabric_core.wrappers import _data_position as position
 
 if TYPE_CHECKING:
@@ -46,12 +47,7 @@ class FabricDataLoader:
         self._dataloader = dataloader
         self._device = device
         self._num_iter_calls = 0
-        samplers: dict[int, Any] = {}
-        batch_sampler = getattr(dataloader, "batch_sampler", None)
-        for sampler in (getattr(dataloader, "sampler", None), getattr(batch_sampler, "sampler", None)):
-            if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
-                samplers[id(sampler)] = sampler
-        self._epoch_samplers = list(samplers.values())
+        self._epoch_samplers = epoch_samplers(dataloader)
         self._delegates = callable(getattr(dataloader, "state_dict", None)) and callable(
             getattr(dataloader, "load_state_dict", None)
         )
