@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable
+from types import TracebackType
 from typing import Any, cast
 
 import torch
@@ -15,7 +16,7 @@ from torch.nn import Module
 
 from fabric_core.strategies.strategy import BackwardSyncControl
 
-__all__ = ["ShardedBackwardSyncControl", "gathered", "local", "total_norm"]
+__all__ = ["GradientSyncPause", "ShardedBackwardSyncControl", "gathered", "local", "total_norm"]
 
 
 def local(tensor: Tensor) -> Tensor:
@@ -94,22 +95,37 @@ class ShardedBackwardSyncControl(BackwardSyncControl):
         """
         if not enabled:
             return contextlib.nullcontext()
-        fsdp = [cast(FSDPModule, m) for m in module.modules() if isinstance(m, FSDPModule)]
-        if not fsdp:
+        if not any(isinstance(m, FSDPModule) for m in module.modules()):
             raise TypeError(
                 "Blocking backward sync is only possible if the module passed to "
                 f"`{type(self).__name__}.no_backward_sync` is sharded with FSDP (`fully_shard`). "
                 f"Got: {type(module).__name__}."
             )
-        return _no_sync(fsdp)
+        return GradientSyncPause(module, enabled)
 
 
-@contextlib.contextmanager
-def _no_sync(modules: Sequence[FSDPModule]) -> Generator[None, None, None]:
-    for m in modules:
-        m.set_requires_gradient_sync(False, recurse=False)
-    try:
-        yield
-    finally:
-        for m in modules:
-            m.set_requires_gradient_sync(True, recurse=False)
+class GradientSyncPause(contextlib.AbstractContextManager[None]):
+    """While entered, the FSDP modules in ``module`` keep their gradients unreduced (when ``enabled``).
+
+    Each FSDP module is switched on its own (``recurse=False``): nested units are found by walking ``module``.
+    On exit they reduce again. A module without FSDP modules is left alone.
+    """
+
+    def __init__(self, module: Module, enabled: bool = True) -> None:
+        self._module = module
+        self._enabled = enabled
+
+    def _set_requires_gradient_sync(self, requires: bool) -> None:
+        for m in self._module.modules():
+            if isinstance(m, FSDPModule):
+                m.set_requires_gradient_sync(requires, recurse=False)
+
+    def __enter__(self) -> None:
+        if self._enabled:
+            self._set_requires_gradient_sync(False)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._enabled:
+            self._set_requires_gradient_sync(True)

@@ -23,14 +23,15 @@ from torch.optim import Optimizer
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, wired
-from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core.utilities.imports import RequirementCache
+from fabric_core.utilities.init import materialize_distributed_module
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["STATE_DICT_TYPES", "ShardedStrategy"]
+__all__ = ["STATE_DICT_TYPES", "ShardedStrategy", "move_metrics_to_device"]
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
 # Wrappers that put a segment into parameter names but not into state-dict keys.
@@ -42,6 +43,20 @@ def clean_name(name: str) -> str:
     for segment in _NAME_SEGMENTS:
         name = name.replace(segment, "")
     return name
+
+
+def move_metrics_to_device(module: Module, device: torch.device) -> None:
+    """Move the torchmetrics ``Metric`` submodules of ``module`` to ``device`` (when torchmetrics is installed).
+
+    Sharding moves only parameters and buffers: a metric's states are neither, so they would stay where the
+    model was created while its inputs arrive on ``device``.
+    """
+    if not RequirementCache("torchmetrics"):
+        return
+    from torchmetrics import Metric
+
+    for metric in (m for m in module.modules() if isinstance(m, Metric)):
+        metric.to(device)  # in place for a module
 
 
 class ShardedStrategy(ParallelStrategy):
@@ -105,7 +120,11 @@ class ShardedStrategy(ParallelStrategy):
     def setup_module(self, module: Module) -> Module:
         """Shard ``module``, then materialise what was created on the meta device (see :meth:`module_init_context`)."""
         module = self.shard_module(module)
-        self._materialize(module)
+        with torch.no_grad(), warnings.catch_warnings():
+            # Each rank initialises its own shards; DTensor's notice about CPU random ops does not apply.
+            warnings.filterwarnings("ignore", message="DTensor random operators")
+            materialize_distributed_module(module, self.root_device)
+        move_metrics_to_device(module, self.root_device)
         self._modules.append(weakref.ref(module))
         return module
 
@@ -171,28 +190,6 @@ class ShardedStrategy(ParallelStrategy):
         stack.enter_context(torch.device("meta") if empty_init else self.root_device)
         stack.enter_context(self.precision.module_init_context())
         return stack
-
-    def _materialize(self, module: Module) -> None:
-        if not any(t.is_meta for t in (*module.parameters(), *module.buffers())):
-            return
-        module.to_empty(device=self.root_device)
-        uninitialized: list[str] = []
-        with torch.no_grad(), warnings.catch_warnings():
-            # Each rank initialises its own shards; DTensor's notice about CPU random ops does not apply.
-            warnings.filterwarnings("ignore", message="DTensor random operators")
-            for sub in module.modules():
-                has_state = any(True for _ in sub.parameters(recurse=False)) or any(True for _ in sub.buffers(False))
-                reset = getattr(sub, "reset_parameters", None)
-                if callable(reset):
-                    reset()
-                elif has_state:
-                    uninitialized.append(type(sub).__name__)
-        if uninitialized:
-            rank_zero_warn(
-                "Parameter initialization incomplete: these modules were created with `empty_init=True` and define "
-                f"no `reset_parameters()`, so their parameters or buffers hold uninitialized memory: "
-                f"{sorted(set(uninitialized))}. Load a checkpoint into the model or initialise them yourself."
-            )
 
     # -- gradients ------------------------------------------------------------------------------------------
     def clip_gradients_norm(

@@ -7,23 +7,29 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Generator, Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeGuard
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision
 from torch.distributed.fsdp.wrap import CustomPolicy, ModuleWrapPolicy
 from torch.nn import Module
+from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.strategy import BackwardSyncControl
-from fabric_core.utilities.rank_zero import rank_zero_warn
+from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 
 __all__ = [
     "FSDP1BackwardSyncControl",
+    "check_group_or_mesh",
     "checkpoint_activations",
+    "checkpointing_selection",
+    "fsdp1_cpu_offload",
+    "has_flat_params",
+    "has_fsdp1_units",
     "keep_state_dicts_on_cpu_devices",
     "lightning_mixed_precision",
     "summoned",
@@ -82,6 +88,64 @@ def wrap_policy(policy: Any, argument: str) -> Any:
     )
 
 
+def checkpointing_selection(
+    activation_checkpointing: type[Module] | list[type[Module]] | None, activation_checkpointing_policy: Any
+) -> dict[str, Any]:
+    """The submodules to checkpoint, as keywords of torch's ``apply_activation_checkpointing`` (``{}``: none).
+
+    ``activation_checkpointing`` (classes, deprecated as in Lightning) and ``activation_checkpointing_policy``
+    (the forms of :func:`wrap_policy`) both become an ``auto_wrap_policy``.
+
+    Raises:
+        InvalidConfigError: Both arguments were given, or the policy has the wrong form.
+    """
+    if activation_checkpointing is not None:
+        if activation_checkpointing_policy is not None:
+            raise InvalidConfigError(
+                "You cannot set both `activation_checkpointing` and `activation_checkpointing_policy`. Use the latter.",
+                argument="activation_checkpointing",
+                value=activation_checkpointing,
+            )
+        classes = activation_checkpointing if isinstance(activation_checkpointing, list) else [activation_checkpointing]
+        rank_zero_deprecation(
+            f"`FSDPStrategy(activation_checkpointing={activation_checkpointing!r})` is deprecated, use "
+            f"`FSDPStrategy(activation_checkpointing_policy={set(classes)!r})` instead."
+        )
+        activation_checkpointing_policy = set(classes)
+    policy = wrap_policy(activation_checkpointing_policy, "activation_checkpointing_policy")
+    return {} if policy is None else {"auto_wrap_policy": policy}
+
+
+def fsdp1_cpu_offload(cpu_offload: bool | CPUOffload | None) -> CPUOffload:
+    """The ``CPUOffload`` for the ``cpu_offload`` argument: itself, or ``offload_params`` set to its truth."""
+    return cpu_offload if isinstance(cpu_offload, CPUOffload) else CPUOffload(offload_params=bool(cpu_offload))
+
+
+def check_group_or_mesh(options: Mapping[str, Any], owner: str = "FSDPStrategy") -> None:
+    """Refuse ``process_group`` and ``device_mesh`` together in ``options`` (the FSDP1 arguments).
+
+    Raises:
+        InvalidConfigError: Both are set (not ``None``).
+    """
+    if options.get("process_group") is not None and options.get("device_mesh") is not None:
+        raise InvalidConfigError(
+            f"The arguments `{owner}(process_group=..., device_mesh=...)` are mutually exclusive. Pass only one of "
+            "them.",
+            argument="device_mesh",
+            value=options["device_mesh"],
+        )
+
+
+def has_flat_params(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer`` holds FSDP1's flat parameters (those of units wrapped with ``use_orig_params=False``)."""
+    return any(getattr(p, "_fsdp_flattened", False) for group in optimizer.param_groups for p in group["params"])
+
+
+def has_fsdp1_units(module: object) -> TypeGuard[Module]:
+    """Whether ``module`` is a module holding (or being) a ``FullyShardedDataParallel`` unit."""
+    return isinstance(module, Module) and any(isinstance(m, FullyShardedDataParallel) for m in module.modules())
+
+
 def keep_state_dicts_on_cpu_devices(module: Module) -> None:
     """Make ``offload_to_cpu=True`` a no-op for the FSDP1 units of ``module`` when they compute on the CPU.
 
@@ -138,15 +202,21 @@ class FSDP1BackwardSyncControl(BackwardSyncControl):
         return context
 
 
-def checkpoint_activations(module: Module, policy: Any) -> None:
-    """Wrap the submodules an FSDP1 ``policy`` picks in activation checkpointing, as Lightning does."""
+def checkpoint_activations(module: Module, selection: Mapping[str, Any]) -> None:
+    """Wrap the submodules ``selection`` picks in activation checkpointing, as Lightning does.
+
+    Args:
+        module: The model (wrapped or not).
+        selection: Keywords of torch's ``apply_activation_checkpointing``: ``auto_wrap_policy`` (an FSDP1
+            policy) or ``check_fn`` (``(module) -> bool``); empty: nothing is checkpointed.
+    """
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointWrapper,
         apply_activation_checkpointing,
         checkpoint_wrapper,
     )
 
-    if policy is None:
+    if not selection:
         return
     if any(isinstance(m, CheckpointWrapper) for m in module.modules()):
         rank_zero_warn(
@@ -154,4 +224,4 @@ def checkpoint_activations(module: Module, policy: Any) -> None:
             "will be ignored."
         )
         return
-    apply_activation_checkpointing(module, checkpoint_wrapper_fn=checkpoint_wrapper, auto_wrap_policy=policy)
+    apply_activation_checkpointing(module, checkpoint_wrapper_fn=checkpoint_wrapper, **selection)

@@ -36,6 +36,7 @@ from fabric_core_fsdp._fsdp1 import (
 )
 from fabric_core_fsdp._fsdp1_calls import guard_fsdp1_calls, refuse_no_sync
 from fabric_core_fsdp._sharded import ShardedStrategy
+from fabric_core_fsdp._wrapper import checkpoint_activations
 from fabric_core_fsdp.precision import FSDPPrecision
 
 __all__ = ["SHARDING_STRATEGIES", "FSDPStrategy"]
@@ -349,7 +350,7 @@ class FSDPStrategy(ShardedStrategy):
             # dimension, and shards each rank's own tensors on a shard dimension.
             _broadcast_from_rank_zero(module)
         if self._checkpointing_policy is not None:
-            _checkpoint_activations(module, self._checkpointing_policy)
+            checkpoint_activations(module, {"check_fn": self._checkpointing_policy})
         kwargs: dict[str, Any] = {
             "mesh": mesh,
             "reshard_after_forward": self._reshard_after_forward,
@@ -390,10 +391,5 @@ def _broadcast_from_rank_zero(module: Module) -> None:
                 torch.distributed.broadcast(tensor.data, src=0)
 
 
-def _checkpoint_activations(module: Module, policy: Callable[[Module], bool]) -> None:
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing,
-        checkpoint_wrapper,
-    )
-
-    apply_activation_checkpointing(module, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=policy)
+# Lightning's private names at its ``strategies.fsdp`` path, which this module backs.
+from fabric_core_fsdp._lightning_fsdp import *  # noqa: E402, F403

@@ -18,12 +18,17 @@ from torch.optim import Optimizer
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 from fabric_core.strategies.parallel import check_forwarded_options
 from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
-from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_fsdp._fsdp1 import parse_sharding
-from fabric_core_fsdp._sharded import ShardedStrategy
+from fabric_core_fsdp._sharded import ShardedStrategy, move_metrics_to_device
 from fabric_core_fsdp._wrapper import (
     FSDP1BackwardSyncControl,
+    check_group_or_mesh,
     checkpoint_activations,
+    checkpointing_selection,
+    fsdp1_cpu_offload,
+    has_flat_params,
+    has_fsdp1_units,
     keep_state_dicts_on_cpu_devices,
     lightning_mixed_precision,
     summoned,
@@ -124,39 +129,15 @@ class FSDP1Strategy(FSDPStrategy):
                 value=fsdp_kwargs["device_id"],
             )
         check_forwarded_options(type(self), fsdp_kwargs, FullyShardedDataParallel, reserved=_RESERVED)
-        if fsdp_kwargs.get("process_group") is not None and device_mesh is not None:
-            raise InvalidConfigError(
-                "The arguments `FSDP1Strategy(process_group=..., device_mesh=...)` are mutually exclusive. Pass only "
-                "one of them.",
-                argument="device_mesh",
-                value=device_mesh,
-            )
+        check_group_or_mesh({**fsdp_kwargs, "device_mesh": device_mesh}, type(self).__name__)
         self._fsdp_kwargs: dict[str, Any] = {"use_orig_params": True, **fsdp_kwargs}
         policy = wrap_policy(auto_wrap_policy, "auto_wrap_policy")
         if policy is not None:
             self._fsdp_kwargs["auto_wrap_policy"] = policy
-        if activation_checkpointing is not None:
-            if activation_checkpointing_policy is not None:
-                raise InvalidConfigError(
-                    "You cannot set both `activation_checkpointing` and `activation_checkpointing_policy`. Use the "
-                    "latter.",
-                    argument="activation_checkpointing",
-                    value=activation_checkpointing,
-                )
-            classes = (
-                activation_checkpointing if isinstance(activation_checkpointing, list) else [activation_checkpointing]
-            )
-            rank_zero_deprecation(
-                f"`FSDPStrategy(activation_checkpointing={activation_checkpointing!r})` is deprecated, use "
-                f"`FSDPStrategy(activation_checkpointing_policy={set(classes)!r})` instead."
-            )
-            activation_checkpointing_policy = set(classes)
-        self._checkpoint_policy = wrap_policy(activation_checkpointing_policy, "activation_checkpointing_policy")
+        self._checkpointing = checkpointing_selection(activation_checkpointing, activation_checkpointing_policy)
         self._sharding = parse_sharding(sharding_strategy, None)
         self._mesh_spec = device_mesh
-        self._cpu_offload = (
-            cpu_offload if isinstance(cpu_offload, CPUOffload) else CPUOffload(offload_params=bool(cpu_offload))
-        )
+        self._cpu_offload = fsdp1_cpu_offload(cpu_offload)
         if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
             raise InvalidConfigError(
                 f"`FSDP1Strategy(mixed_precision={mixed_precision!r})` must be torch's (FSDP1) `MixedPrecision`; "
@@ -244,7 +225,7 @@ class FSDP1Strategy(FSDPStrategy):
         ``reset_parameters()``.
         """
         self._use_sharded_scaler()
-        if any(isinstance(m, FullyShardedDataParallel) for m in module.modules()):
+        if has_fsdp1_units(module):
             if any(t.is_meta for t in (*module.parameters(), *module.buffers())):
                 rank_zero_warn(
                     "The model is already wrapped in `FSDP` but there are still parameters on the meta device."
@@ -256,7 +237,8 @@ class FSDP1Strategy(FSDPStrategy):
                 del self._fsdp_kwargs["auto_wrap_policy"]
         else:
             module = FullyShardedDataParallel(module, **self._wrapper_kwargs())
-        checkpoint_activations(module, self._checkpoint_policy)
+        move_metrics_to_device(module, self.root_device)
+        checkpoint_activations(module, self._checkpointing)
         keep_state_dicts_on_cpu_devices(module)
         return module
 
@@ -293,7 +275,7 @@ class FSDP1Strategy(FSDPStrategy):
         """
         if self._fsdp_kwargs.get("use_orig_params"):
             return optimizer
-        if not any(getattr(p, "_fsdp_flattened", False) for group in optimizer.param_groups for p in group["params"]):
+        if not has_flat_params(optimizer):
             raise InvalidConfigError(
                 "The optimizer does not seem to reference any FSDP parameters. HINT: Make sure to create the optimizer "
                 "after setting up the model.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.nn import Module
 
@@ -15,10 +16,32 @@ from fabric_core_fsdp._sharded import ShardedStrategy
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["MESH_DIMS", "ModelParallelStrategy"]
+__all__ = ["MESH_DIMS", "MeshShapeError", "ModelParallelStrategy", "build_device_mesh"]
 
 #: Names of the mesh dimensions; ``fabric.strategy.device_mesh["tensor_parallel"]`` is the TP sub-mesh.
 MESH_DIMS: Final = ("data_parallel", "tensor_parallel")
+
+
+class MeshShapeError(InvalidConfigError, RuntimeError):
+    """Mesh sizes that do not multiply to the world size (a ``RuntimeError`` too, as in Lightning)."""
+
+
+def build_device_mesh(
+    data_parallel_size: int, tensor_parallel_size: int, world_size: int, device: torch.device
+) -> DeviceMesh:
+    """The ``(data_parallel, tensor_parallel)`` mesh over the default process group, on ``device``'s type.
+
+    Raises:
+        MeshShapeError: The sizes do not multiply to ``world_size``.
+    """
+    if data_parallel_size * tensor_parallel_size != world_size:
+        raise MeshShapeError(
+            f"The sizes `data_parallel_size={data_parallel_size}` and `tensor_parallel_size={tensor_parallel_size}` "
+            f"multiplied should equal the world size ({world_size}).",
+            argument="tensor_parallel_size",
+            value=tensor_parallel_size,
+        )
+    return init_device_mesh(device.type, (data_parallel_size, tensor_parallel_size), mesh_dim_names=MESH_DIMS)
 
 
 def _size(value: int | str, argument: str) -> int | None:
@@ -123,7 +146,7 @@ class ModelParallelStrategy(ShardedStrategy):
     def setup_environment(self) -> None:
         """Join the process group, then build the 2-D device mesh."""
         super().setup_environment()
-        self._device_mesh = init_device_mesh(self.root_device.type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
+        self._device_mesh = build_device_mesh(*self.mesh_shape, self.world_size, self.root_device)
 
     def shard_module(self, module: Module) -> Module:
         """Call ``parallelize_fn(module, device_mesh)``.
@@ -138,3 +161,8 @@ class ModelParallelStrategy(ShardedStrategy):
                 f"{type(result).__name__}."
             )
         return result
+
+
+# Lightning's private names at its ``strategies.model_parallel`` path, which this module backs.
+_setup_device_mesh = build_device_mesh
+from fabric_core_fsdp._lightning_model_parallel import *  # noqa: E402, F403

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 import torch
 from torch.amp import GradScaler
@@ -13,6 +13,9 @@ from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, 
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["FSDPPrecision"]
+
+#: Lightning's name for the precisions ``FSDPPrecision`` takes.
+_PRECISION_INPUT = Literal["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"]
 
 # precision -> (compute dtype, whether parameters themselves are stored in it)
 _MODES: Final[dict[str, tuple[torch.dtype, bool]]] = {
