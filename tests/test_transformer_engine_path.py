@@ -32,11 +32,31 @@ def test_the_names_lightning_defines_are_here() -> None:
     assert isinstance(ours.log, logging.Logger)
 
 
-def test_the_precision_itself_is_absent_with_the_reason() -> None:
-    with pytest.raises(AttributeError, match="no TransformerEnginePrecision"):
-        ours.TransformerEnginePrecision  # noqa: B018
-    with pytest.raises(ImportError):
-        exec("from fabric_core.plugins.precision.transformer_engine import TransformerEnginePrecision")
+def test_the_precision_is_served_and_refuses_to_build_without_transformer_engine() -> None:
+    """lightning.pytorch subclasses it at import; building it without Transformer Engine fails as Lightning's."""
+    import fabric_core.connector
+    import fabric_core.plugins
+    import fabric_core.plugins.precision
+    from fabric_core.precision.precision import Precision
+
+    cls = ours.TransformerEnginePrecision
+    assert issubclass(cls, Precision)
+    assert fabric_core.plugins.TransformerEnginePrecision is fabric_core.plugins.precision.TransformerEnginePrecision
+    assert fabric_core.connector.TransformerEnginePrecision is cls is fabric_core.plugins.TransformerEnginePrecision
+
+    class TrainerPrecision:  # stands in for lightning.pytorch's own Precision base
+        pass
+
+    class Subclass(TrainerPrecision, cls):  # what lightning.pytorch's TransformerEnginePrecision does at import
+        pass
+
+    errors = []
+    for precision_class in (Subclass, cls, lightning.TransformerEnginePrecision):
+        with pytest.raises(ModuleNotFoundError) as raised:
+            precision_class(weights_dtype=torch.bfloat16)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] == errors[2]
+    assert "transformer_engine>=0.11.0" in errors[0]
     with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
         ours.nothing_here  # noqa: B018
 

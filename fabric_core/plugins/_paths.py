@@ -12,6 +12,7 @@ PRECISIONS: Final = {
     "DoublePrecision": f"{_P}.double",
     "HalfPrecision": f"{_P}.half",
     "MixedPrecision": f"{_P}.mixed",
+    "TransformerEnginePrecision": f"{_P}.transformer_engine",
 }
 ENVIRONMENTS: Final = {
     "ClusterEnvironment": f"{_E}.environment",

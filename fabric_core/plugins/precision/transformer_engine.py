@@ -1,17 +1,17 @@
 """Lightning's ``plugins.precision.transformer_engine`` path.
 
-fabric-core ships no Transformer Engine precision (no first-party plugin provides one): asking this path for
-``TransformerEnginePrecision`` gets a clear answer instead of a missing module. Lightning's module-level helpers
-are here, as its code defines them: the availability flag and the swap of ``nn.Linear``/``nn.LayerNorm`` layers
-for Transformer Engine's (which imports ``transformer_engine`` when called, never on import).
+``TransformerEnginePrecision`` lives in :mod:`fabric_core.precision.transformer_engine` and is served here on first
+access (importing this path imports no torch); building it needs ``transformer_engine``. Lightning's module-level
+helpers are here: the availability flag and the swap of ``nn.Linear``/``nn.LayerNorm`` layers for Transformer
+Engine's (which imports ``transformer_engine`` when called, never on import).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from fabric_core._deferred import lightning_reexports
+from fabric_core._deferred import lightning_reexports, reexports
 from fabric_core.utilities._requirements import RequirementCache
 
 if TYPE_CHECKING:
@@ -66,15 +66,9 @@ def _convert_layers(module: Module) -> None:
             _convert_layers(child)
 
 
-def _no_precision(name: str) -> Any:
-    if name == "TransformerEnginePrecision":
-        raise AttributeError(
-            "fabric-core has no TransformerEnginePrecision: no plugin provides NVIDIA Transformer Engine "
-            "precision yet. Use precision='bf16-mixed' (or 'transformer-engine' from a third-party plugin "
-            "that registers it); `fabric-core list-plugins` shows what is installed."
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# The names Lightning's module imports from its others (``Precision``, ``rank_zero_warn``, ...), on first access.
-__getattr__ = lightning_reexports(__name__, _no_precision)
+# The precision class (loaded on first access), then the names Lightning's module imports from its others.
+__getattr__ = reexports(
+    __name__,
+    {"TransformerEnginePrecision": "fabric_core.precision.transformer_engine"},
+    fallback=lightning_reexports(__name__),
+)

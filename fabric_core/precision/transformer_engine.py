@@ -1,0 +1,106 @@
+"""FP8 training with NVIDIA Transformer Engine: ``TransformerEnginePrecision``.
+
+Weights are kept in ``weights_dtype``; inside the forward, Transformer Engine's layers compute in FP8 under a
+``DelayedScaling`` recipe and other operations autocast to ``fallback_compute_dtype`` on CUDA. ``nn.Linear`` and
+``nn.LayerNorm`` layers are swapped for Transformer Engine's unless ``replace_layers=False`` (or the model already
+has Transformer Engine layers). It needs ``transformer_engine`` (and so a CUDA GPU); building it without raises
+``ModuleNotFoundError`` naming the requirement. Lightning's ``plugins.precision.transformer_engine`` path serves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from torch.nn import Module
+
+from fabric_core.plugins.precision.transformer_engine import _TRANSFORMER_ENGINE_AVAILABLE, _convert_layers
+from fabric_core.plugins.precision.utils import _ClassReplacementContextManager, _DtypeContextManager
+from fabric_core.precision.precision import Precision, convert_floating_tensors
+from fabric_core.utilities.rank_zero import rank_zero_info
+
+__all__ = ["TransformerEnginePrecision"]
+
+
+class TransformerEnginePrecision(Precision):
+    """FP8 precision through Transformer Engine (``precision="transformer-engine"`` in Lightning).
+
+    Args:
+        weights_dtype: The dtype the weights are kept in (``torch.bfloat16``, ``torch.float16``, ...).
+        recipe: Transformer Engine's ``DelayedScaling`` recipe, or its fields as a dict (``fp8_format`` by name,
+            e.g. ``"HYBRID"``); ``None`` for Transformer Engine's default recipe.
+        replace_layers: Swap ``nn.Linear``/``nn.LayerNorm`` for Transformer Engine's layers (``None``: yes, unless
+            the model has Transformer Engine layers already).
+        fallback_compute_dtype: The autocast dtype of operations FP8 does not cover (default ``weights_dtype``).
+
+    Raises:
+        ModuleNotFoundError: Transformer Engine is not installed.
+    """
+
+    precision: Literal["transformer-engine", "transformer-engine-float16"] = "transformer-engine"
+
+    def __init__(
+        self,
+        *,
+        weights_dtype: torch.dtype,
+        recipe: Mapping[str, Any] | Any | None = None,
+        replace_layers: bool | None = None,
+        fallback_compute_dtype: torch.dtype | None = None,
+    ) -> None:
+        if not _TRANSFORMER_ENGINE_AVAILABLE:
+            raise ModuleNotFoundError(str(_TRANSFORMER_ENGINE_AVAILABLE))
+        from transformer_engine.common.recipe import DelayedScaling, Format
+
+        if recipe is None:
+            recipe = DelayedScaling()
+        elif isinstance(recipe, Mapping):
+            fields = dict(recipe)
+            if "fp8_format" in fields:
+                fields["fp8_format"] = getattr(Format, fields["fp8_format"])
+            recipe = DelayedScaling(**fields)
+        self.weights_dtype = weights_dtype
+        self.recipe = recipe
+        self.replace_layers = replace_layers
+        self.fallback_compute_dtype = fallback_compute_dtype or weights_dtype
+
+    def convert_module(self, module: Module) -> Module:
+        if any("transformer_engine.pytorch" in type(m).__module__ for m in module.modules()):
+            if self.replace_layers is True:
+                rank_zero_info(
+                    "`TransformerEnginePrecision(replace_layers=True)`: the model has Transformer Engine layers "
+                    "already, so none are replaced."
+                )
+        elif self.replace_layers in (None, True):
+            _convert_layers(module)
+        return module.to(dtype=self.weights_dtype)
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        return _DtypeContextManager(self.weights_dtype)
+
+    def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        if self.replace_layers:
+            import transformer_engine.pytorch as te
+
+            stack.enter_context(
+                _ClassReplacementContextManager({"torch.nn.Linear": te.Linear, "torch.nn.LayerNorm": te.LayerNorm})
+            )
+        stack.enter_context(self.tensor_init_context())
+        return stack
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        import transformer_engine.pytorch as te
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(_DtypeContextManager(self.weights_dtype))
+        stack.enter_context(torch.autocast(device_type="cuda", dtype=self.fallback_compute_dtype))
+        stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=self.recipe))
+        return stack
+
+    def convert_input(self, data: Any) -> Any:
+        return convert_floating_tensors(data, self.weights_dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        return convert_floating_tensors(data, torch.get_default_dtype())
