@@ -122,3 +122,66 @@ def plugin_export(name: str, kind: str) -> Any:
         if name in getattr(module, "__all__", ()):
             return getattr(module, name)
     raise AttributeError(name)
+
+
+class NameRegistry(dict[str, dict[str, Any]]):
+    """A registry of names to classes of one kind, as Lightning's ``_AcceleratorRegistry``/``_StrategyRegistry``.
+
+    Lightning's own code (``lightning.pytorch``) and third parties create such registries for themselves
+    (``StrategyRegistry = _StrategyRegistry()``) and fill them with ``register``; ``Fabric(...)`` does not read
+    them: fabric-core's names come from plugins, and ``ACCELERATOR_REGISTRY``/``STRATEGY_REGISTRY`` are read-only
+    views of that catalog. Each entry is ``{"description", "init_params", KIND, KIND + "_name"}``.
+    """
+
+    #: The kind of class registered: names the entry's keys and the messages.
+    kind: str = "component"
+    #: How ``str()`` introduces the names.
+    title: str = "Registered Components"
+    #: The exception a name registered twice raises (Lightning's differ between its two registries).
+    duplicate_error: type[Exception] = ValueError
+
+    def register(
+        self, name: str, obj: Any = None, description: str = "", override: bool = False, **init_params: Any
+    ) -> Any:
+        """Register ``obj`` under ``name`` (or, without ``obj``, return a decorator that does).
+
+        Raises:
+            TypeError: ``name`` is not a string.
+            duplicate_error: ``name`` is registered already and ``override`` is not set.
+        """
+        if not (name is None or isinstance(name, str)):
+            raise TypeError(f"`name` must be a str, found {name}")
+        if name in self and not override:
+            raise self.duplicate_error(f"'{name}' is already present in the registry. HINT: Use `override=True`.")
+        data: dict[str, Any] = {"description": description, "init_params": init_params}
+
+        def do_register(registered: Any) -> Any:
+            data[self.kind] = registered
+            data[f"{self.kind}_name"] = name
+            self[name] = data
+            return registered
+
+        return do_register(obj) if obj is not None else do_register
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Build the class registered under ``name`` with its registered arguments; ``default`` if unknown.
+
+        Raises:
+            KeyError: ``name`` is unknown and there is no ``default``; the message lists the names.
+        """
+        if name in self:
+            data = self[name]
+            return data[self.kind](**data["init_params"])
+        if default is not None:
+            return default
+        raise KeyError(f"'{name}' not found in registry. Available names: {self._available()}")
+
+    def remove(self, name: str) -> None:
+        """Forget ``name``."""
+        self.pop(name)
+
+    def _available(self) -> Any:
+        return list(self)
+
+    def __str__(self) -> str:
+        return f"{self.title}: {', '.join(self._available())}"

@@ -269,3 +269,49 @@ def test_wrapper_private_names_are_the_wrapper_classes() -> None:
     assert inner is model and how is None
     assert wrappers._in_fabric_backward is False
     assert wrappers._LIGHTNING_MODULE_STEP_METHODS == lf.wrappers._LIGHTNING_MODULE_STEP_METHODS
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "duplicate"),
+    [
+        ("accelerators.registry._AcceleratorRegistry", "accelerator", "MisconfigurationException"),
+        ("strategies.registry._StrategyRegistry", "strategy", "ValueError"),
+    ],
+)
+def test_registry_classes_fill_and_build_as_lightnings(path: str, kind: str, duplicate: str) -> None:
+    """lightning.pytorch keeps its own ``AcceleratorRegistry = _AcceleratorRegistry()``; ours fills the same way."""
+    import importlib
+
+    module_path, name = path.rsplit(".", 1)
+    outputs = []
+    for package in ("fabric_core", "lightning_fabric"):
+        registry = getattr(importlib.import_module(f"{package}.{module_path}"), name)()
+
+        @registry.register("mine", description="a test entry", value=3)
+        class Thing:
+            def __init__(self, value: int) -> None:
+                self.value = value
+
+        registry.register("other", Thing, value=4)
+        with pytest.raises(Exception) as raised:
+            registry.register("mine", Thing)
+        with pytest.raises(KeyError, match="'absent' not found in registry"):
+            registry.get("absent")
+        built = registry.get("mine")
+        entry = registry["mine"]
+        registry.remove("other")
+        outputs.append(
+            (
+                type(raised.value).__name__,
+                "already present in the registry" in str(raised.value),
+                built.value,
+                sorted(entry),
+                entry[f"{kind}_name"],
+                entry["init_params"],
+                str(registry),
+                sorted(registry),
+                registry.get("absent", default=1),
+            )
+        )
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0] == duplicate

@@ -39,6 +39,14 @@ class Accelerator(ABC):
                 return name
         return cls.device_type
 
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: Any) -> None:  # noqa: B027 - optional hook
+        """Lightning's registration hook, for registries that code keeps for itself (lightning.pytorch does).
+
+        ``Fabric(accelerator=...)`` never calls it: fabric-core's accelerators register through plugins
+        (``fabric_core_register_accelerators``). A subclass meant for such a registry overrides it.
+        """
+
     def setup_device(self, device: torch.device) -> None:  # noqa: B027 - optional hook
         """Prepare ``device`` for this process (e.g. ``torch.cuda.set_device``)."""
 

@@ -10,18 +10,65 @@ has Transformer Engine layers). It needs ``transformer_engine`` (and so a CUDA G
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import torch
 from torch.nn import Module
 
-from fabric_core.plugins.precision.transformer_engine import _TRANSFORMER_ENGINE_AVAILABLE, _convert_layers
-from fabric_core.plugins.precision.utils import _ClassReplacementContextManager, _DtypeContextManager
 from fabric_core.precision.precision import Precision, convert_floating_tensors
+from fabric_core.precision.utils import _ClassReplacementContextManager, _DtypeContextManager
+from fabric_core.utilities._requirements import RequirementCache
 from fabric_core.utilities.rank_zero import rank_zero_info
 
 __all__ = ["TransformerEnginePrecision"]
+
+#: Truthy when Transformer Engine 0.11 or later is installed (checked on first use; nothing is imported).
+_TRANSFORMER_ENGINE_AVAILABLE: Final = RequirementCache("transformer_engine>=0.11.0")
+log = logging.getLogger(__name__)
+
+
+def _convert_layers(module: Module) -> None:
+    """Replace the ``nn.Linear`` and ``nn.LayerNorm`` layers below ``module`` with Transformer Engine's, in place.
+
+    The new layers take over the weights (and biases). A linear layer whose input features are not a multiple
+    of 8, or whose output features are not a multiple of 16, stays as it is, with a warning: FP8 matmuls need
+    those shapes.
+
+    Raises:
+        ModuleNotFoundError: Transformer Engine is not installed.
+    """
+    import torch
+    import transformer_engine.pytorch as te
+
+    from fabric_core.utilities.rank_zero import rank_zero_warn
+
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear):
+            if child.in_features % 8 or child.out_features % 16:
+                rank_zero_warn(
+                    f"The layer {name!r} stays a `torch.nn.Linear`: Transformer Engine's FP8 linear layers need "
+                    "input features divisible by 8 and output features divisible by 16, and it has "
+                    f"{child.in_features} and {child.out_features}. Pad the layer's dimensions to convert it."
+                )
+                continue
+            linear = te.Linear(child.in_features, child.out_features, bias=child.bias is not None)
+            linear.weight.data = child.weight.data.clone()
+            if child.bias is not None:
+                linear.bias.data = child.bias.data.clone()
+            log.debug("Replaced the layer %r with Transformer Engine's Linear", name)
+            setattr(module, name, linear)
+        elif isinstance(child, torch.nn.LayerNorm):
+            norm = te.LayerNorm(child.normalized_shape[0], eps=child.eps)
+            norm.weight.data = child.weight.data.clone()
+            if child.bias is not None and norm.bias is not None:
+                norm.bias.data = child.bias.data.clone()
+            log.debug("Replaced the layer %r with Transformer Engine's LayerNorm", name)
+            setattr(module, name, norm)
+        else:
+            # Transformer Engine's fused layers (LayerNormLinear, ...) would need several modules merged.
+            _convert_layers(child)
 
 
 class TransformerEnginePrecision(Precision):

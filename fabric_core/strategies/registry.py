@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from fabric_core._catalog_view import CatalogView
+from fabric_core._catalog_view import CatalogView, NameRegistry
 
 __all__ = ["STRATEGY_REGISTRY"]
 
 
-class _StrategyRegistry(CatalogView):
+class _CatalogStrategies(CatalogView):
     """Every strategy name ``Fabric(strategy=...)`` accepts, with its class, arguments and description."""
 
     def available_strategies(self) -> list[str]:
@@ -17,4 +17,15 @@ class _StrategyRegistry(CatalogView):
         return list(self)
 
 
-STRATEGY_REGISTRY: Final = _StrategyRegistry("strategy", "Registered Strategies")
+STRATEGY_REGISTRY: Final = _CatalogStrategies("strategy", "Registered Strategies")
+
+
+class _StrategyRegistry(NameRegistry):
+    """Lightning's strategy registry class, for code that keeps a registry of its own (lightning.pytorch)."""
+
+    kind = "strategy"
+    title = "Registered Strategies"
+
+    def available_strategies(self) -> list[str]:
+        """The registered names."""
+        return list(self)

@@ -76,6 +76,14 @@ class Strategy(ABC):
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
 
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:  # noqa: B027 - optional hook
+        """Lightning's registration hook, for registries that code keeps for itself (lightning.pytorch does).
+
+        ``Fabric(strategy=...)`` never calls it: fabric-core's strategies register through plugins
+        (``fabric_core_register_strategies``). A subclass meant for such a registry overrides it.
+        """
+
     @wired(Wiring, positional=WIRING_ORDER)
     def __init__(self, **wiring: Unpack[Wiring]) -> None:
         self._accelerator = wiring.get("accelerator")

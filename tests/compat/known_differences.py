@@ -19,25 +19,6 @@ MODULES: dict[str, tuple[str, str]] = {
 
 # Public module-level names and class members fabric_core lacks.
 NAMES: dict[str, tuple[str, str]] = {
-    "lightning_fabric._graveyard.tpu.SingleTPUStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric._graveyard.tpu.TPUAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.accelerator.Accelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.cpu.CPUAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.cuda.CUDAAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.mps.MPSAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.registry.call_register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.accelerators.xla.XLAAccelerator.register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.ddp.DDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.deepspeed.DeepSpeedStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.dp.DataParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.fsdp.FSDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.model_parallel.ModelParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.parallel.ParallelStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.single_device.SingleDeviceStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.single_xla.SingleDeviceXLAStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.strategy.Strategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.xla.XLAStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
-    "lightning_fabric.strategies.xla_fsdp.XLAFSDPStrategy.register_strategies": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
 }
 
 # Parameters of public functions and methods fabric_core lacks.
@@ -86,7 +67,6 @@ MODULE_LEVEL: dict[str, tuple[str, str]] = {
     "lightning_fabric._graveyard.tpu._patch_classes": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
     "lightning_fabric._graveyard.tpu._patch_sys_modules": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
     "lightning_fabric._graveyard.tpu.rank_zero_deprecation": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
-    "lightning_fabric.accelerators.registry.call_register_accelerators": (DELIBERATE, "components register through plugin registrations, not a classmethod on the class"),
     "lightning_fabric.cli._main": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
     "lightning_fabric.cli._run": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
 }
