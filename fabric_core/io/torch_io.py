@@ -23,7 +23,6 @@ from fabric_core.io._file import read_open_file
 from fabric_core.io._remote import _URL, is_remote_url, read_remote, remove_remote, write_remote
 from fabric_core.io.atomic import atomic_write, existing_committed_path
 from fabric_core.io.checkpoint_io import CheckpointIO
-from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
 from fabric_core.utilities.apply_func import apply_to_collection
 from fabric_core.utilities.types import PathLike
 
@@ -209,6 +208,10 @@ class TorchCheckpointIO(CheckpointIO):
         if target is None:
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         if target.is_dir():
+            # Only here: the sharded reader imports torch.distributed.checkpoint and DTensor (most of a second),
+            # which a run that only ever saves and loads single files never needs.
+            from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
+
             if is_distributed_checkpoint(target):
                 # A sharded checkpoint read whole into this process: any strategy can resume from one. Given
                 # the path, not its committed name, so that a read racing a replace can start over from it.
