@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Final
 
 from fabric_core.plugin_api import InvalidConfigError, hookimpl
@@ -41,11 +42,11 @@ def _is_parallel(context: SelectionContext) -> bool:
     name = (context.strategy or "").lower()
     if name.startswith(PARALLEL_PREFIXES):
         return True
-    if context.strategy_class is None:
+    # A class can derive from ParallelStrategy only once its module is imported: look there, import nothing.
+    parallel = sys.modules.get("fabric_core.strategies.parallel")
+    if context.strategy_class is None or parallel is None:
         return False
-    from fabric_core.strategies.parallel import ParallelStrategy
-
-    return issubclass(context.strategy_class, ParallelStrategy)
+    return issubclass(context.strategy_class, parallel.ParallelStrategy)
 
 
 @hookimpl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Final
 
 from fabric_core.plugin_api import InvalidConfigError, hookimpl
@@ -13,6 +14,11 @@ if TYPE_CHECKING:
 #: Above every other accelerator: a host with TPUs wants them, even if it also has a GPU.
 PRIORITY: Final = 30
 _PKG: Final = "fabric_core_xla"
+#: The XLA strategy classes, as (module, class) names.
+_STRATEGY_CLASSES: Final = (
+    (f"{_PKG}.strategy", "XLAStrategy"),
+    (f"{_PKG}.single_device", "SingleDeviceXLAStrategy"),
+)
 
 
 @hookimpl
@@ -81,10 +87,14 @@ def _uses_xla_strategy(context: SelectionContext) -> bool:
         return True
     if context.strategy_class is None:
         return False
-    from fabric_core_xla.single_device import SingleDeviceXLAStrategy
-    from fabric_core_xla.strategy import XLAStrategy
-
-    return issubclass(context.strategy_class, (XLAStrategy, SingleDeviceXLAStrategy))
+    # A class can derive from an XLA strategy only once its module is imported: look there, import nothing
+    # (this runs on every `Fabric()`, and importing the strategies costs a second).
+    bases = tuple(
+        getattr(module, name)
+        for module_name, name in _STRATEGY_CLASSES
+        if (module := sys.modules.get(module_name)) is not None
+    )
+    return bool(bases) and issubclass(context.strategy_class, bases)
 
 
 @hookimpl(tryfirst=True)
