@@ -111,10 +111,10 @@ def test_header_is_sorted_with_step_among_the_keys(tmp_path: Path) -> None:
 
 def test_header_is_rewritten_when_new_keys_appear(tmp_path: Path) -> None:
     logger = CSVLogger(tmp_path)
-    logger.log_metrics({"b": 1})
+    logger.log_metrics({"b": 1}, step=0)
     logger.save()
-    logger.log_metrics({"a": 2})
-    logger.log_metrics({"b": 3})
+    logger.log_metrics({"a": 2}, step=1)
+    logger.log_metrics({"b": 3}, step=2)
     logger.save()
     header, rows = _read(logger)
     assert header == ["a", "b", "step"]
@@ -128,9 +128,9 @@ def test_header_is_rewritten_when_new_keys_appear(tmp_path: Path) -> None:
 
 def test_rows_with_known_keys_are_appended(tmp_path: Path) -> None:
     logger = CSVLogger(tmp_path)
-    logger.log_metrics({"a": 1})
+    logger.log_metrics({"a": 1}, step=0)
     logger.save()
-    logger.log_metrics({"a": 2})
+    logger.log_metrics({"a": 2}, step=1)
     logger.save()
     text = Path(logger.metrics_file_path).read_text()
     assert text.splitlines() == ["a,step", "1,0", "2,1"]
@@ -163,14 +163,15 @@ def test_flushes_every_n_steps(tmp_path: Path) -> None:
     logger.log_metrics({"a": 3})
     assert len(_read(logger)[1]) == 2
     logger.log_metrics({"a": 4})
-    assert [r["step"] for r in _read(logger)[1]] == ["0", "1", "2", "3"]
+    assert [r["step"] for r in _read(logger)[1]] == ["0", "1", "0", "1"]  # default steps: see below
 
 
-def test_default_step_keeps_counting_across_flushes(tmp_path: Path) -> None:
+def test_default_step_counts_the_rows_waiting_to_be_written(tmp_path: Path) -> None:
+    """As in Lightning: without ``step``, a row is numbered by the buffered rows, so it restarts after a write."""
     logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
     for value in range(3):
         logger.log_metrics({"a": value})
-    assert [r["step"] for r in _read(logger)[1]] == ["0", "1", "2"]
+    assert [r["step"] for r in _read(logger)[1]] == ["0", "0", "0"]
 
 
 def test_default_flush_interval_is_100(tmp_path: Path) -> None:
@@ -236,3 +237,19 @@ def test_other_ranks_write_nothing(tmp_path: Path) -> None:
     rank_zero_only.rank = 0
     logger.finalize("success")
     assert not (tmp_path / "lightning_logs").exists()  # rank 1's rows were never buffered
+
+
+def test_default_steps_are_lightnings(tmp_path: Path) -> None:
+    """``log_metrics(..., step=None)`` numbers a row by the rows waiting to be written, as Lightning's logger does
+    (LitGPT's final validation row is logged that way: both loggers must write the same step)."""
+    lightning = pytest.importorskip("lightning_fabric.loggers")
+    files = []
+    for index, logger_class in enumerate((CSVLogger, lightning.CSVLogger)):
+        logger = logger_class(tmp_path / str(index), name="run", flush_logs_every_n_steps=3)
+        for i in range(7):
+            logger.log_metrics({"a": float(i)}, step=i if i % 2 else None)
+        logger.log_metrics({"b": 1.0})
+        logger.save()
+        files.append(next((tmp_path / str(index)).rglob("metrics.csv")).read_text())
+    assert files[0] == files[1]
+    assert [row.split(",")[-1] for row in files[0].splitlines()[1:]] == ["0", "1", "2", "3", "1", "5", "0", "1"]

@@ -150,10 +150,11 @@ class CSVLogger(Logger):
 
         Args:
             metrics: Metric names and scalar values (numbers, or one-element tensors / numpy scalars).
-            step: The step of this row; ``None`` uses the number of rows logged so far.
+            step: The step of this row; ``None`` uses the number of rows waiting to be written, as Lightning's
+                logger does (so it restarts at 0 after each write: pass ``step`` for a running count).
         """
         if step is None:
-            step = self._rows_logged
+            step = len(self._rows)
         row = {self._prefixed(key): _scalar(value) for key, value in metrics.items()}
         row[STEP_KEY] = step
         self._rows.append(row)
