@@ -84,6 +84,25 @@ def _as_predicate(policy: Policy | Callable[[Module], bool] | None, argument: st
     )
 
 
+#: The order of ``FSDPStrategy``'s positional parameters, Lightning's (``FSDP1Strategy`` takes the same).
+POSITIONAL_ORDER: Final = (
+    "accelerator",
+    "parallel_devices",
+    "cluster_environment",
+    "precision",
+    "process_group_backend",
+    "timeout",
+    "cpu_offload",
+    "mixed_precision",
+    "auto_wrap_policy",
+    "activation_checkpointing",
+    "activation_checkpointing_policy",
+    "sharding_strategy",
+    "state_dict_type",
+    "device_mesh",
+)
+
+
 class FSDPStrategy(ShardedStrategy):
     """Shards modules with FSDP2 (``torch.distributed.fsdp.fully_shard``) over a device mesh.
 
@@ -140,22 +159,7 @@ class FSDPStrategy(ShardedStrategy):
 
     @wired(
         ParallelWiring,
-        positional=(
-            "accelerator",
-            "parallel_devices",
-            "cluster_environment",
-            "precision",
-            "process_group_backend",
-            "timeout",
-            "cpu_offload",
-            "mixed_precision",
-            "auto_wrap_policy",
-            "activation_checkpointing",
-            "activation_checkpointing_policy",
-            "sharding_strategy",
-            "state_dict_type",
-            "device_mesh",
-        ),
+        positional=POSITIONAL_ORDER,
         start_method="popen",
     )
     def __init__(

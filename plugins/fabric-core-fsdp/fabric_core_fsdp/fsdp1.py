@@ -34,7 +34,7 @@ from fabric_core_fsdp._wrapper import (
     summoned,
     wrap_policy,
 )
-from fabric_core_fsdp.fsdp import FSDPStrategy
+from fabric_core_fsdp.fsdp import POSITIONAL_ORDER, FSDPStrategy
 from fabric_core_fsdp.precision import FSDPPrecision
 
 __all__ = ["FSDP1Strategy"]
@@ -87,22 +87,7 @@ class FSDP1Strategy(FSDPStrategy):
 
     @wired(
         ParallelWiring,
-        positional=(
-            "accelerator",
-            "parallel_devices",
-            "cluster_environment",
-            "precision",
-            "process_group_backend",
-            "timeout",
-            "cpu_offload",
-            "mixed_precision",
-            "auto_wrap_policy",
-            "activation_checkpointing",
-            "activation_checkpointing_policy",
-            "sharding_strategy",
-            "state_dict_type",
-            "device_mesh",
-        ),
+        positional=POSITIONAL_ORDER,
         start_method="popen",
     )
     def __init__(
