@@ -22,11 +22,18 @@ def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
             "LSB_JOBID",
         ):
             monkeypatch.delenv(name, raising=False)
+    # seed_everything records its seed as Lightning does, in PL_GLOBAL_SEED / PL_SEED_WORKERS: not a test's to keep.
+    seeds = {name: os.environ.get(name) for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
     import torch
 
     dtype = torch.get_default_dtype()
     yield
     torch.set_default_dtype(dtype)
+    for name, value in seeds.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     from fabric_core.utilities.rank_zero import rank_zero_only
 
     rank_zero_only.reset()

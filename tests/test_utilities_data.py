@@ -173,7 +173,7 @@ def test_distributed_sampler_for_a_sequential_loader() -> None:
 def test_distributed_sampler_for_a_shuffled_loader_uses_the_recorded_seed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("FABRIC_CORE_GLOBAL_SEED", "42")
+    monkeypatch.setenv("PL_GLOBAL_SEED", "42")  # what seed_everything(42) records (an earlier test may have seeded)
     sampler = distributed_sampler_for(DataLoader(_ds(4), shuffle=True), num_replicas=2, rank=0)
     assert type(sampler) is DistributedSampler
     assert sampler.shuffle
