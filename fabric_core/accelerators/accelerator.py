@@ -39,8 +39,8 @@ class Accelerator(ABC):
                 return name
         return cls.device_type
 
-    @classmethod
-    def register_accelerators(cls, accelerator_registry: Any) -> None:  # noqa: B027 - optional hook
+    @classmethod  # noqa: B027 - optional hook
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
         """Lightning's registration hook, for registries that code keeps for itself (lightning.pytorch does).
 
         ``Fabric(accelerator=...)`` never calls it: fabric-core's accelerators register through plugins

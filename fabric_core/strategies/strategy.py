@@ -76,8 +76,8 @@ class Strategy(ABC):
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
 
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:  # noqa: B027 - optional hook
+    @classmethod  # noqa: B027 - optional hook
+    def register_strategies(cls, strategy_registry: Any) -> None:
         """Lightning's registration hook, for registries that code keeps for itself (lightning.pytorch does).
 
         ``Fabric(strategy=...)`` never calls it: fabric-core's strategies register through plugins
