@@ -315,3 +315,35 @@ def test_registry_classes_fill_and_build_as_lightnings(path: str, kind: str, dup
         )
     assert outputs[0] == outputs[1]
     assert outputs[0][0] == duplicate
+
+
+def test_load_distributed_checkpoint_reads_a_sharded_folder_as_lightning(tmp_path: Path) -> None:
+    """A folder written by ``torch.distributed.checkpoint`` plus the ``meta.pt`` of the other entries."""
+    import torch.distributed.checkpoint as dcp
+
+    model = torch.nn.Linear(3, 2)
+    folder = tmp_path / "sharded"
+    with pytest.warns(UserWarning, match="single process"):
+        dcp.save({"model": model.state_dict()}, checkpoint_id=folder)
+    torch.save({"step": 9, "note": "kept"}, folder / fc_load._METADATA_FILENAME)
+    assert fc_load._METADATA_FILENAME == lf_load._METADATA_FILENAME == "meta.pt"
+    ours, theirs = fc_load._load_distributed_checkpoint(folder), lf_load._load_distributed_checkpoint(folder)
+    assert ours.keys() == theirs.keys() == {"model", "step", "note"}
+    assert ours["step"] == theirs["step"] == 9
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(ours["model"][name], tensor) and torch.equal(theirs["model"][name], tensor)
+
+
+def test_optimizers_to_device_as_lightning() -> None:
+    import lightning_fabric.utilities.optimizer as lf_optimizer
+
+    import fabric_core.utilities.optimizer as fc_optimizer
+
+    for module in (fc_optimizer, lf_optimizer):
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.Adam(model.parameters())
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        module._optimizers_to_device([optimizer], torch.device("meta"))
+        states = [value for state in optimizer.state.values() for value in state.values()]
+        assert {t.device.type for t in states if isinstance(t, torch.Tensor) and t.dim() > 0} == {"meta"}
