@@ -57,6 +57,25 @@ class BackwardSyncControl(ABC):
     def no_backward_sync(self, module: Module, enabled: bool) -> contextlib.AbstractContextManager[Any]:
         """Context in which backward does not synchronise the gradients of ``module``."""
 
+    def wrapper_no_sync(
+        self, module: Module, enabled: bool, wrapper: type[Module]
+    ) -> contextlib.AbstractContextManager[Any]:
+        """``module.no_sync()`` when ``enabled``, for a ``wrapper`` with one (DDP's, FSDP1's); else a no-op.
+
+        Raises:
+            TypeError: ``module`` is not wrapped in ``wrapper`` (it was not set up by the strategy).
+        """
+        if not enabled:
+            return contextlib.nullcontext()
+        if not isinstance(module, wrapper):
+            raise TypeError(
+                "Blocking backward sync is only possible if the module passed to "
+                f"`{type(self).__name__}.no_backward_sync` is wrapped in `{wrapper.__name__}`. "
+                f"Got: {type(module).__name__}."
+            )
+        sync_off: contextlib.AbstractContextManager[Any] = module.no_sync()  # type: ignore[operator]
+        return sync_off
+
 
 class Strategy(ABC):
     """Owns the accelerator, the precision and the checkpoint I/O, and decides how they work together.

@@ -110,16 +110,7 @@ class DDPBackwardSyncControl(BackwardSyncControl):
         Raises:
             TypeError: ``module`` is not wrapped in ``DistributedDataParallel`` (not set up by Fabric).
         """
-        if not enabled:
-            return contextlib.nullcontext()
-        if not isinstance(module, DistributedDataParallel):
-            raise TypeError(
-                "Blocking backward sync is only possible if the module passed to "
-                f"`{type(self).__name__}.no_backward_sync` is wrapped in `DistributedDataParallel`. "
-                f"Got: {type(module).__name__}."
-            )
-        sync_off: contextlib.AbstractContextManager[Any] = module.no_sync()
-        return sync_off
+        return self.wrapper_no_sync(module, enabled, DistributedDataParallel)
 
 
 # Lightning's private names at `strategies.ddp`: the strategy names that start processes by forking, and the

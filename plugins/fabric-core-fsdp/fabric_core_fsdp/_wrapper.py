@@ -190,16 +190,7 @@ class FSDP1BackwardSyncControl(BackwardSyncControl):
         Raises:
             TypeError: ``module`` is not wrapped in ``FullyShardedDataParallel``.
         """
-        if not enabled:
-            return contextlib.nullcontext()
-        if not isinstance(module, FullyShardedDataParallel):
-            raise TypeError(
-                "Blocking backward sync is only possible if the module passed to "
-                f"`{type(self).__name__}.no_backward_sync` is wrapped in `FullyShardedDataParallel`. "
-                f"Got: {type(module).__name__}."
-            )
-        context: contextlib.AbstractContextManager[Any] = module.no_sync()
-        return context
+        return self.wrapper_no_sync(module, enabled, FullyShardedDataParallel)
 
 
 def checkpoint_activations(module: Module, selection: Mapping[str, Any]) -> None:
