@@ -150,9 +150,9 @@ def suggested_max_num_threads(num_processes: int = 1) -> int:
     """
     if num_processes < 1:
         raise ValueError(f"`num_processes` should be >= 1, got {num_processes}.")
-    from fabric_core.utilities.data import _num_cpus
+    from fabric_core.utilities.data import _num_cpus_available
 
-    return max(1, _num_cpus() // num_processes)
+    return max(1, _num_cpus_available() // num_processes)
 
 
 def set_num_threads_if_needed(num_processes: int = 1) -> None:

@@ -143,9 +143,6 @@ def _num_cpus_available() -> int:
     return os.cpu_count() or 1  # pragma: no cover - macOS and Windows
 
 
-_num_cpus = _num_cpus_available
-
-
 def sized_len(dataloader: object) -> int | None:
     """``len(dataloader)``, or ``None`` where it has no length (an iterable dataset, a generator).
 
