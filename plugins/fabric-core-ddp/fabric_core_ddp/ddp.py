@@ -13,6 +13,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.parallel import ParallelStrategy, check_forwarded_options
 from fabric_core.strategies.strategy import BackwardSyncControl
 from fabric_core.strategies.wiring import PARALLEL_WIRING_ORDER, ParallelWiring, split_wiring, wired
+from fabric_core_ddp import _stable_buckets
 
 __all__ = ["DDPStrategy"]
 
@@ -66,6 +67,7 @@ class DDPStrategy(ParallelStrategy):
         """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here."""
         device_ids = None if self.root_device.type == "cpu" else [self.root_device.index]
         wrapped = DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
+        _stable_buckets.install(wrapped)  # resuming from a checkpoint adds the gradients in the same order
         self._wrapped.append(weakref.ref(wrapped))
         return wrapped
 
