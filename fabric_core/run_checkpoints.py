@@ -202,7 +202,9 @@ class RunCheckpoints:
                 "the RNG states were not restored, so random draws differ from an uninterrupted run."
             )
             return
-        _rng_states.restore({key: value[fabric.global_rank] for key, value in rows.items()}, fabric.device)
+        # Each state is one flat row; `reshape` also reads the rows that one-process ddp runs saved with a
+        # stray extra dimension before the gather above was fixed.
+        _rng_states.restore({key: value[fabric.global_rank].reshape(-1) for key, value in rows.items()}, fabric.device)
 
     def _reattach_loggers(self, saved: Any) -> None:
         """Point each logger at the run it had when the checkpoint was saved (a checkpoint may predate this)."""
@@ -289,12 +291,16 @@ class RunCheckpoints:
         if background is not None:
             # The previous checkpoint is committed (or its failure raised) before this one starts.
             background.wait()
-        rows = fabric.all_gather(_rng_states.capture(fabric.device))
-        if fabric.world_size == 1:
-            rows = {key: value.unsqueeze(0) for key, value in rows.items()}
-        # Own copies: a strategy may gather the dict in one buffer, and torch.save refuses views of one
-        # storage as different dtypes.
-        rows = {key: value.cpu().clone() for key, value in rows.items()}
+        mine = _rng_states.capture(fabric.device)
+        gathered = fabric.all_gather(mine)
+        # One row per process. A single-device strategy returns a lone process's states as they are, a
+        # distributed one (ddp of one process) stacks them, so the shape decides, not the world size. Own
+        # copies: a strategy may gather the dict in one buffer, and torch.save refuses views of one storage
+        # as different dtypes.
+        rows = {
+            key: (value if value.dim() > mine[key].dim() else value.unsqueeze(0)).cpu().clone()
+            for key, value in gathered.items()
+        }
         target = self.directory / f"step-{step:08d}"
         temp = ""
         if fabric.is_global_zero:

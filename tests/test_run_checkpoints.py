@@ -120,7 +120,11 @@ def test_a_flipped_byte_is_named_and_verify_falls_back_to_the_previous_checkpoin
         ckpt.resume(make_state(fabric))
 
 
-def test_resume_restores_the_torch_numpy_and_python_generators(fabric: Fabric, tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["auto", "ddp"])
+def test_resume_restores_the_torch_numpy_and_python_generators(tmp_path: Path, strategy: str) -> None:
+    # ddp of one process gathers the states with a leading dimension where a single device does not.
+    fabric = Fabric(accelerator="cpu", devices=1, strategy=strategy)
+    fabric.launch()
     ckpt = checkpoints(fabric, tmp_path)
     state = make_state(fabric)
     torch.manual_seed(7)
