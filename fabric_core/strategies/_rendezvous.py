@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 from typing import Any, Final
 
@@ -10,6 +11,8 @@ import torch.distributed as dist
 
 from fabric_core.environments._env import check_address, check_port, read_seconds, resolve_address
 from fabric_core.errors import InvalidConfigError, RendezvousError
+from fabric_core.strategies._meeting import Meeting
+from fabric_core.strategies._network import choose_interface
 
 __all__ = ["RENDEZVOUS_TIMEOUT_VARIABLE", "init_process_group", "rendezvous_timeout"]
 
@@ -71,17 +74,28 @@ def init_process_group(
             value=os.environ.get("LOCAL_RANK"),
         )
     resolve_address(address, port)
+    _choose_interface(address)
     meeting = rendezvous_timeout()
+    watch = _watch(address, port, rank, world_size)
     try:
-        store = _attempt_store(address, port, world_size, min(meeting, timeout))
-        if store is not None:
-            kwargs["store"] = store
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=min(meeting, timeout), **kwargs)
+        with watch:
+            try:
+                store = _attempt_store(address, port, world_size, min(meeting, timeout))
+                if store is not None:
+                    kwargs["store"] = store
+                dist.init_process_group(
+                    backend, rank=rank, world_size=world_size, timeout=min(meeting, timeout), **kwargs
+                )
+            except Exception as error:
+                watch.fail(f"{type(error).__name__}: {_first_line(error)}")
+                raise
     except Exception as error:
+        missing = watch.missing()
+        absent = f" Never arrived: {_ranks_by_node(missing, world_size)}." if missing else ""
         raise RendezvousError(
             f"Rank {rank} of {world_size}{_local_rank_note()} could not meet the other processes at "
             f"{address}:{port} within {meeting.total_seconds():g} s ({RENDEZVOUS_TIMEOUT_VARIABLE}). Some "
-            "processes were not started, started with other values, or failed. This process has "
+            f"processes were not started, started with other values, or failed.{absent} This process has "
             f"{_placement()}. ({type(error).__name__}: {_first_line(error)})"
         ) from error
     if meeting < timeout:
@@ -89,6 +103,52 @@ def init_process_group(
         # job's timeout, not the rendezvous one.
         dist.distributed_c10d._set_pg_timeout(timeout)
         dist.distributed_c10d._get_default_store().set_timeout(timeout)
+
+
+def _choose_interface(address: str) -> None:
+    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME where the host name resolves to loopback (see ``_network``)."""
+    choice = choose_interface(address)
+    if choice is None:
+        return
+    for name in choice.variables:
+        os.environ[name] = choice.interface
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # one line per node
+        print(choice.describe(), file=sys.stderr, flush=True)
+
+
+def _watch(address: str, port: int, rank: int, world_size: int) -> Any:
+    """A :class:`Meeting` under an elastic agent, whose store exists already; elsewhere a no-op."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return _NoWatch()
+    return Meeting(address, port, rank, world_size, _attempt_prefix())
+
+
+class _NoWatch:
+    def __enter__(self) -> _NoWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def fail(self, cause: str) -> None:
+        return None
+
+    def missing(self) -> list[int]:
+        return []
+
+
+def _ranks_by_node(ranks: list[int], world_size: int) -> str:
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+    if per_node < 1 or world_size % per_node:
+        return "ranks " + ", ".join(map(str, ranks))
+    nodes: dict[int, list[int]] = {}
+    for r in ranks:
+        nodes.setdefault(r // per_node, []).append(r)
+    return "; ".join(f"node {node} (ranks {', '.join(map(str, rs))})" for node, rs in sorted(nodes.items()))
+
+
+def _attempt_prefix() -> str:
+    return f"/fabric_core/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def _attempt_store(address: str, port: int, world_size: int, timeout: timedelta) -> Any:
@@ -106,9 +166,8 @@ def _attempt_store(address: str, port: int, world_size: int, timeout: timedelta)
 
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = TCPStore(address, port, world_size, is_master=False, timeout=timeout)
-    return PrefixStore(f"/fabric_core/attempt_{attempt}", store)
+    return PrefixStore(_attempt_prefix(), store)
 
 
 def _local_rank_note() -> str:
