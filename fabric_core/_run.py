@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +31,15 @@ from fabric_core._run_checks import num_processes as _num_processes
 from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import FabricCoreError, InvalidConfigError, UnknownNameError
 
-__all__ = ["add_run_parser", "run_command", "run_torchrun", "runners_with_options", "set_run_environment"]
+__all__ = [
+    "add_run_parser",
+    "elastic_network_options",
+    "nodes_did_not_meet",
+    "run_command",
+    "run_torchrun",
+    "runners_with_options",
+    "set_run_environment",
+]
 
 
 def add_run_parser(sub: Any, runners: Sequence[tuple[str, Any]] = ()) -> None:
@@ -161,6 +170,9 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         )
     restarts, elastic = elastic_options(args.max_restarts, args.monitor_interval)
     nprocs = _num_processes(manager, args)
+    from fabric_core.strategies._rendezvous import rendezvous_timeout
+
+    meeting = rendezvous_timeout().total_seconds()
     rendezvous = rendezvous_options(
         args.num_nodes,
         args.main_address,
@@ -169,7 +181,9 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         backend=args.rdzv_backend,
         endpoint=args.rdzv_endpoint,
         rdzv_id=args.rdzv_id,
+        timeout=meeting,
     )
+    rendezvous = elastic_network_options(rendezvous, args.num_nodes)
     values = {
         "accelerator": args.accelerator,
         "strategy": args.strategy,
@@ -191,7 +205,8 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         args.script,
         *args.script_args,
     ]
-    return _torchrun(torchrun_args, restarts)
+    where = _meeting_point(rendezvous)
+    return _torchrun(torchrun_args, restarts, meeting=(args.node_rank, args.num_nodes, where, meeting))
 
 
 def set_run_environment(values: dict[str, str | None]) -> None:
@@ -206,9 +221,20 @@ def set_run_environment(values: dict[str, str | None]) -> None:
             os.environ[var] = value
 
 
-def _torchrun(torchrun_args: list[str], max_restarts: int = 0) -> int:
+def _meeting_point(options: list[str]) -> str:
+    values = dict(option[2:].split("=", 1) for option in options if "=" in option)
+    if "rdzv-endpoint" in values:
+        return values["rdzv-endpoint"]
+    return f"{values.get('master_addr', '?')}:{values.get('master_port', '?')}"
+
+
+def _torchrun(
+    torchrun_args: list[str], max_restarts: int = 0, meeting: tuple[int, int, str, float] | None = None
+) -> int:
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError as AgentRendezvousError
     from torch.distributed.run import main as torchrun
 
     from fabric_core._run_agent import describe_exit, reporting_restarts
@@ -235,7 +261,73 @@ def _torchrun(torchrun_args: list[str], max_restarts: int = 0) -> int:
             file=sys.stderr,
         )
         return shell_code(code)
+    except (AgentRendezvousError, DistError, TimeoutError) as exc:  # the nodes' agents did not meet
+        if meeting is None or meeting[1] < 2:
+            raise
+        print(nodes_did_not_meet(*meeting, exc), file=sys.stderr)
+        return 1
     return 0
+
+
+def nodes_did_not_meet(node_rank: int, num_nodes: int, where: str, seconds: float, error: BaseException) -> str:
+    """The launcher's line when its node could not meet the others: which node, where, how long, and why."""
+    from fabric_core.strategies._rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
+
+    cause = " ".join(str(error).split()) or type(error).__name__
+    while error.__cause__ is not None:  # torch wraps the store's error; its own words are the cause
+        error = error.__cause__
+        cause = f"{cause} <- {' '.join(str(error).split())}"
+    others = ", ".join(str(n) for n in range(num_nodes) if n != node_rank)
+    return (
+        f"fabric-core run: node {node_rank} of {num_nodes} could not meet node(s) {others} at {where} within "
+        f"{seconds:g} s ({RENDEZVOUS_TIMEOUT_VARIABLE}); no worker was started. Start every node with the same "
+        "--num-nodes, --main-address/--main-port (or --rdzv-endpoint) and a --node-rank of its own, check that "
+        f"each can reach {where}, or raise {RENDEZVOUS_TIMEOUT_VARIABLE} if nodes start minutes apart. "
+        f"({type(error).__name__}: {cause[:600]})"
+    )
+
+
+def elastic_network_options(options: list[str], num_nodes: int) -> list[str]:
+    """torchrun's options, plus what torch's elastic rendezvous gets wrong where the host name is loopback.
+
+    On several nodes with ``--rdzv-endpoint``, torch decides whether this node hosts the rendezvous store by
+    comparing the endpoint with the addresses of the host name, and tells the other nodes this node's host
+    name as its address. Where the host name resolves to loopback only, neither works: this node then passes
+    ``--local-addr`` (its address on the route to the endpoint) and, where the endpoint is one of its own
+    addresses, ``is_host=1``.
+
+    Raises:
+        InvalidConfigError: No route from this machine to the endpoint.
+    """
+    from fabric_core._run_checks import rdzv_conf
+    from fabric_core.strategies import _network
+
+    endpoint = next((o.split("=", 1)[1] for o in options if o.startswith("--rdzv-endpoint=")), None)
+    if num_nodes < 2 or endpoint is None or any(o.startswith("--local-addr=") for o in options):
+        return options
+    host = endpoint.rpartition(":")[0].strip("[]")
+    addresses = _network.resolved(host)
+    if not addresses or all(_network.is_loopback(a) for a in addresses) or not _network.hostname_is_loopback():
+        return options
+    try:
+        local = _network.route_source(addresses[0])
+    except OSError as error:
+        raise InvalidConfigError(
+            f"`--rdzv-endpoint {endpoint}`: this machine has no route to {addresses[0]} ({error.strerror or error}). "
+            "Give node 0's address as the other nodes reach it.",
+            argument="rdzv_endpoint",
+            value=endpoint,
+        ) from None
+    hosts = _network.is_local_address(host)
+    if hosts:
+        options = rdzv_conf(options, "is_host", "1")
+    print(
+        f"fabric-core run: the host name {socket.gethostname()!r} resolves to a loopback address; this node "
+        f"tells the others its address is {local} (--local-addr){', and hosts the rendezvous store' if hosts else ''}.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return [*options, f"--local-addr={local}"]
 
 
 def shell_code(code: int) -> int:

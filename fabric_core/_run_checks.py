@@ -20,6 +20,7 @@ __all__ = [
     "RDZV_BACKENDS",
     "elastic_options",
     "num_processes",
+    "rdzv_conf",
     "rendezvous_options",
 ]
 
@@ -146,6 +147,7 @@ def rendezvous_options(
     backend: str | None = None,
     endpoint: str | None = None,
     rdzv_id: str | None = None,
+    timeout: float | None = None,
 ) -> list[str]:
     """torchrun's rendezvous options: where node 0 listens.
 
@@ -169,6 +171,8 @@ def rendezvous_options(
         backend: ``--rdzv-backend``.
         endpoint: ``--rdzv-endpoint`` (``HOST:PORT``).
         rdzv_id: ``--rdzv-id``.
+        timeout: With several nodes, the seconds the nodes' agents wait for each other before the job fails
+            (torch's own default is 600 for the static rendezvous and for c10d's join).
 
     Raises:
         InvalidConfigError: A port that is not in 1..65535, an unknown backend, a malformed endpoint,
@@ -176,7 +180,10 @@ def rendezvous_options(
     """
     address = address or environ.get("MASTER_ADDR") or _DEFAULT_ADDRESS
     if backend is not None or endpoint is not None or rdzv_id is not None:
-        return _chosen_rendezvous(num_nodes, address, port, backend, endpoint, rdzv_id)
+        options = _chosen_rendezvous(num_nodes, address, port, backend, endpoint, rdzv_id)
+        if num_nodes > 1 and timeout is not None and (backend or "c10d").strip().lower() == "c10d":
+            options.append(f"--rdzv-conf=join_timeout={_whole_seconds(timeout)}")
+        return options
     if port is not None:
         chosen: int | None = _port(port, "--main-port")
     elif "MASTER_PORT" in environ:
@@ -184,13 +191,28 @@ def rendezvous_options(
     else:
         chosen = MULTI_NODE_PORT if num_nodes > 1 else None
     if chosen is not None:
-        return [f"--master_addr={address}", f"--master_port={chosen}"]
+        options = [f"--master_addr={address}", f"--master_port={chosen}"]
+        if num_nodes > 1 and timeout is not None:  # the static rendezvous: node 0's store waits for the others
+            options.append(f"--rdzv-conf=timeout={_whole_seconds(timeout)}")
+        return options
     return [
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={address}:0",
         f"--rdzv-id={uuid.uuid4()}",
         f"--local-addr={address}",
     ]
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, round(seconds))
+
+
+def rdzv_conf(options: list[str], key: str, value: str) -> list[str]:
+    """``options`` with ``key=value`` in its one ``--rdzv-conf`` (torchrun keeps only the last one given)."""
+    for index, option in enumerate(options):
+        if option.startswith("--rdzv-conf="):
+            return [*options[:index], f"{option},{key}={value}", *options[index + 1 :]]
+    return [*options, f"--rdzv-conf={key}={value}"]
 
 
 def _chosen_rendezvous(

@@ -203,6 +203,15 @@ def test_rdzv_options_choose_the_rendezvous_and_refuse_contradictions() -> None:
     ]
     two_nodes = rendezvous_options(2, None, None, {}, backend="C10D", endpoint="10.0.0.1:29500", rdzv_id="j")
     assert two_nodes == ["--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=j"]
+    # Several nodes wait for each other as long as FABRIC_CORE_RENDEZVOUS_TIMEOUT says, not torch's 600 s.
+    bounded = rendezvous_options(2, None, None, {}, endpoint="10.0.0.1:29500", rdzv_id="j", timeout=30)
+    assert bounded[-1] == "--rdzv-conf=join_timeout=30"
+    assert rendezvous_options(2, "10.0.0.1", None, {}, timeout=30.4) == [
+        "--master_addr=10.0.0.1",
+        "--master_port=29400",
+        "--rdzv-conf=timeout=30",
+    ]
+    assert "--rdzv-conf" not in " ".join(rendezvous_options(1, None, "1234", {}, timeout=30))
     refused = [
         ({"backend": "zookeeper"}, "zookeeper"),
         ({"endpoint": "nohost"}, "nohost"),
