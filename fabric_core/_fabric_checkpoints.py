@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 
 from fabric_core import _fabric_checks as checks
 from fabric_core._fabric_collectives import Collectives
+from fabric_core.errors import CheckpointError
 from fabric_core.wrappers import is_wrapped, unwrap_for_checkpoint, unwrap_objects
 
 __all__ = ["Checkpoints"]
@@ -72,6 +73,7 @@ class Checkpoints(Collectives):
             TypeError: ``state`` is neither a dict nor ``None``.
         """
         checks.check_load_state(state)
+        self._check_seen_by_every_rank(path)
         unwrapped = unwrap_for_checkpoint(state)
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
@@ -81,6 +83,39 @@ class Checkpoints(Collectives):
                 if not is_wrapped(state[key]):
                     state[key] = value
         return remainder
+
+    def _check_seen_by_every_rank(self, path: str | os.PathLike[str]) -> None:
+        """Raise the same error on every rank when some ranks see the checkpoint and others do not.
+
+        That is a run directory on disks of each node's own: with ddp rank 0 alone writes, so the other nodes
+        would fail one by one (and their peers in the next collective, without the cause). Nobody seeing it
+        is left to the strategy's own error.
+
+        Raises:
+            CheckpointError: ``reason="not_shared"``, naming the ranks and nodes that cannot see ``path``.
+        """
+        if self._strategy.world_size == 1:
+            return
+        seen = [bool(flag) for flag in self.all_gather(int(os.path.exists(path))).reshape(-1).tolist()]
+        if all(seen) or not any(seen):
+            return
+        per_node = max(1, int(getattr(self._strategy, "num_processes", 1)))
+
+        def where(ranks: list[int]) -> str:
+            nodes = sorted({rank // per_node for rank in ranks})
+            rank_list, node_list = ", ".join(map(str, ranks)), ", ".join(map(str, nodes))
+            return f"{_plural('rank', ranks)} {rank_list} ({_plural('node', nodes)} {node_list})"
+
+        blind = [rank for rank, ok in enumerate(seen) if not ok]
+        sighted = [rank for rank, ok in enumerate(seen) if ok]
+        raise CheckpointError(
+            f"`fabric.load({os.fspath(path)!r})`: {where(blind)} cannot see this checkpoint, which {where(sighted)} "
+            "can. Every process reads the checkpoint, so it must be on a filesystem that every node mounts at "
+            "the same path; a disk of each node's own holds only what that node's ranks wrote (rank 0 alone "
+            "writes a single-file checkpoint). Save to a shared path, or copy the checkpoint to every node.",
+            path=os.fspath(path),
+            reason="not_shared",
+        )
 
     def load_raw(
         self,
@@ -99,3 +134,7 @@ class Checkpoints(Collectives):
             weights_only: Passed to ``torch.load``.
         """
         self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
+
+
+def _plural(word: str, items: list[int]) -> str:
+    return word + "s" if len(items) > 1 else word

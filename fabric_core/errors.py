@@ -340,8 +340,9 @@ class CheckpointError(FabricCoreError):
     Attributes:
         path: The checkpoint's path.
         reason: ``"corrupt"`` (truncated, or not a checkpoint at all) or ``"unsafe"`` (it holds Python
-            objects that loading with ``weights_only=True`` refused), or ``"no_space"``
-            (:class:`CheckpointSpaceError`).
+            objects that loading with ``weights_only=True`` refused), ``"no_space"``
+            (:class:`CheckpointSpaceError`), or ``"not_shared"`` (some processes of a job see the checkpoint
+            and others do not: a disk of each node's own where a shared one is needed).
     """
 
     def __init__(self, message: str, *, path: str | None = None, reason: str | None = None) -> None:
