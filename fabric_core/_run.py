@@ -184,6 +184,12 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         timeout=meeting,
     )
     rendezvous = elastic_network_options(rendezvous, args.num_nodes)
+    if args.num_nodes > 1 and any(option.startswith("--rdzv-endpoint=") for option in rendezvous):
+        # torch's c10d rendezvous lends its store to the workers and writes the workers' MASTER_ADDR into it
+        # only in the first round a node is rank 0 in. A node that joins a later round (a machine started
+        # again after it died) then waits for that key until the store times out, and so does everyone else.
+        # With a store of each round's own, rank 0 writes the key every round.
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     values = {
         "accelerator": args.accelerator,
         "strategy": args.strategy,
