@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import threading
 import warnings
 from collections import Counter
@@ -25,6 +24,7 @@ import pluggy
 
 from fabric_core import hookspecs
 from fabric_core._logging import log_event
+from fabric_core._metadata import core_requirement_problem, dist_key, read_facts
 from fabric_core._registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core.errors import (
     FabricCoreError,
@@ -134,11 +134,6 @@ def _env_allow_list(environ: Mapping[str, str]) -> frozenset[str] | None:
         )
         return None
     return names
-
-
-def dist_key(name: str) -> str:
-    """A distribution name in its normalized form (PEP 503): ``Fabric_Core.DDP`` -> ``fabric-core-ddp``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _with_dist_keys(names: frozenset[str]) -> frozenset[str]:
@@ -253,10 +248,8 @@ class PluginManager:
         A shared name cannot tell the two apart, so each of them is registered under its distribution's
         name (``"fabric-core-ddp"``) and the shared name becomes an alias of both.
         """
-        from fabric_core._metadata import core_requirement_problem
-
-        dist = ep.dist
-        distribution = dist.metadata["Name"] if dist is not None else None
+        facts = read_facts(ep.dist)
+        distribution = facts.name
         name = ep.name.lower()
         key = (dist_key(distribution) if distribution else ep.value) if shared and name != BUILTIN else name
         names = {name, key} | ({dist_key(distribution)} if distribution else set())
@@ -267,10 +260,10 @@ class PluginManager:
             key,
             "loaded",
             distribution=distribution,
-            version=dist.version if dist is not None else None,
+            version=facts.version,
             module=ep.value,
         )
-        self._consider(key, ep.load, record, check=lambda: core_requirement_problem(dist), names=names)
+        self._consider(key, ep.load, record, check=lambda: core_requirement_problem(facts.requires), names=names)
 
     def _warn_shared(self, name: str) -> None:
         keys = sorted(k for k in self._aliases.get(name, []) if k in self._records)

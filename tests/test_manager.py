@@ -175,6 +175,40 @@ def test_incompatible_core_requirement_is_not_imported(tmp_path: Path) -> None:
         assert statuses(manager())["now"] == "loaded"
 
 
+_CORE_REQUIREMENTS = [
+    *("fabric-core<0.2,>=0.1", "fabric-core>=99", "fabric_core>=99", "Fabric.Core>=99", "fabric-core<0.0.1"),
+    *("fabric-core==0.1.*", "fabric-core!=0.1.0", "fabric-core~=0.1", "fabric-core>=0.1a1", "fabric-core"),
+    *("fabric-core (>=99)", "fabric-core >=99", " fabric-core>=99", "fabric-core>=99,", "fabric-core[x]>=99"),
+    *("fabric-core>=99; extra == 'x'", "fabric-core>=99; python_version > '3'", "fabric-core @ https://h/c.whl"),
+    # invalid: never a reason to refuse a plugin
+    *("fabric-core,>=99", "fabric-core>=99 junk", "fabric-core>=1.0.*", "fabric-core=99", "fabric-core(>=99"),
+    *("fabric-core-ddp>=99", "torch>=99", "fabric-core2>=99"),
+]
+
+
+@pytest.mark.parametrize("requirement", _CORE_REQUIREMENTS)
+def test_the_core_requirement_is_read_as_packagings_full_parser_reads_it(requirement: str) -> None:
+    """Discovery reads the plain form without packaging's PEP 508 parser; every form ends as that parser says."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from fabric_core._metadata import core_requirement_problem, core_version
+
+    try:
+        req: Requirement | None = Requirement(requirement)
+    except InvalidRequirement:
+        req = None
+    applies = (
+        req is not None
+        and req.name.replace("_", "-").replace(".", "-").lower() == "fabric-core"
+        and (req.marker is None or req.marker.evaluate({"extra": ""}))
+    )
+    refused = applies and req is not None and not req.specifier.contains(core_version(), prereleases=True)
+    expected = f"it requires {requirement} but fabric-core {core_version()} is installed" if refused else None
+    assert core_requirement_problem([requirement]) == expected
+    if requirement == "fabric-core>=99":
+        assert expected is not None  # the list exercises a refusal, not only acceptances
+
+
 def test_strict_mode_raises_the_typed_error(tmp_path: Path) -> None:
     with installed(tmp_path, ("dist-bad", "bad", "import not_a_module_anywhere\n")):
         with pytest.raises(PluginImportError) as info:
