@@ -10,11 +10,12 @@ import importlib
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING
 
 from fabric_core.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 __all__ = ["RequirementCache", "compare_version", "module_available"]
 
@@ -35,6 +36,8 @@ def compare_version(
     The installed version is the module's ``__version__``, else its distribution's. Lightning returns
     ``True`` when neither says (a mocked module); so does this.
     """
+    from packaging.version import InvalidVersion, Version
+
     try:
         module = importlib.import_module(package)
     except (ImportError, RuntimeError):
@@ -85,6 +88,10 @@ class RequirementCache:
 
     def _check_requirement(self) -> tuple[bool, str]:
         assert self.requirement is not None
+        # packaging's parser is imported here, not with the module: the CLI holds caches it never checks
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.version import InvalidVersion, Version
+
         hint = f"HINT: Try running `pip install -U {self.requirement!r}`"
         try:
             parsed = Requirement(self.requirement)
