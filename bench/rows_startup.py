@@ -7,6 +7,8 @@ interpreter, interleaved with raw PyTorch round by round; the process exits righ
   the wall times too). Everything the library adds to a start is in it: imports, construction, setup.
 - ``construct_cold``: the first ``Fabric(accelerator="cpu", devices=1)`` (``Accelerator(cpu=True)``) of the
   process, timed inside it after the import, against the raw process's whole start to first step.
+- ``ddp_first_step``: a 2-process ddp job from its launcher's start to the first step of both workers, against
+  ``torchrun`` (measured in :mod:`rows_startup_ddp`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import sys
 import threading
 import time
 
+import rows_startup_ddp
 from _harness import AA, ACCELERATE, CORE, LIGHTNING, RAW, Goal, Measure, RowResult, Spread, interleave, row_result
 from rows_import import _byte_compile_fabric_core, _installed
 
 __all__ = ["collect"]
 
-ROWS = ("first_step", "construct_cold")
+ROWS = ("first_step", "construct_cold", *rows_startup_ddp.ROWS)
 _TIMEOUT = 300
 
 _MODEL = (
@@ -94,10 +97,15 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
         rows: Row keys to measure (``None``: all of this module's).
 
     Returns:
-        The rows ``first_step`` and ``construct_cold`` (those selected).
+        The rows ``first_step``, ``construct_cold`` and ``ddp_first_step`` (those selected).
     """
     wanted = set(ROWS) if rows is None else rows & set(ROWS)
-    if not wanted:
+    return _collect_single(quick, wanted) + rows_startup_ddp.collect(quick, wanted)
+
+
+def _collect_single(quick: bool, wanted: set[str]) -> list[RowResult]:
+    """The one-process rows among ``wanted``."""
+    if not wanted & {"first_step", "construct_cold"}:
         return []
     compiled = _byte_compile_fabric_core()
     scripts = {RAW: _SCRIPTS[RAW], AA: _SCRIPTS[RAW], CORE: _SCRIPTS[CORE]}

@@ -31,7 +31,7 @@ from _harness import RowResult  # noqa: E402 - needs the path above
 #: Row groups measured here, in report order: ``{group: (module, row keys)}``.
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "import": ("rows_import", ("import_core", "import_ready", "cli_cold", "rss_import")),
-    "startup": ("rows_startup", ("first_step", "construct_cold")),
+    "startup": ("rows_startup", ("first_step", "construct_cold", "ddp_first_step")),
     "steps": (
         "rows_steps",
         ("construct_warm", "steps_tiny_fp32", "steps_tiny_bf16", "steps_mlp_fp32", "steps_mlp_bf16"),
