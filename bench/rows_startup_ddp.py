@@ -39,25 +39,28 @@ _MARKER = re.compile(r"first-step (\d+) (\d+\.\d+)")
 _MODEL = "torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))"
 #: One write of the whole line: the workers share the launcher's output, unbuffered when PYTHONUNBUFFERED is set.
 _PRINT = 'print(f"first-step {RANK} {time.time()!r}\\n", end="", flush=True)\n'
-#: One script per variant; each exits after its first step (raw leaves the process group as a script must).
+#: One script per variant. Each ends its process right after its marker: what follows is not measured, and
+#: gloo's teardown on the CPU now and then aborts a worker (``terminate called without an active exception``).
+_EXIT = "os._exit(0)\n"
 _SCRIPTS = {
     RAW: (
-        "import time\nimport torch\nimport torch.distributed as dist\n"
+        "import os\nimport time\nimport torch\nimport torch.distributed as dist\n"
         "from torch.nn.parallel import DistributedDataParallel\n\n"
         'dist.init_process_group("gloo")\n'
         f"model = DistributedDataParallel({_MODEL})\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "model(torch.randn(16, 32)).sum().backward()\noptimizer.step()\n"
         + _PRINT.replace("RANK", "dist.get_rank()")
-        + "dist.barrier()\ndist.destroy_process_group()\n"
+        + _EXIT
     ),
     CORE: (
-        "import time\nimport torch\nfrom fabric_core import Fabric\n\n"
+        "import os\nimport time\nimport torch\nfrom fabric_core import Fabric\n\n"
         f"fabric = Fabric()\nmodel = {_MODEL}\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "model, optimizer = fabric.setup(model, optimizer)\n"
         "fabric.backward(model(torch.randn(16, 32)).sum())\noptimizer.step()\n"
         + _PRINT.replace("RANK", "fabric.global_rank")
+        + _EXIT
     ),
 }
 _SCRIPTS[LIGHTNING] = _SCRIPTS[CORE].replace("from fabric_core import", "from lightning_fabric import")
