@@ -158,6 +158,9 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
         CORE: f"fabric-core run {options} core.py",
         LIGHTNING: f"fabric run {options} --main-port PORT lightning.py (python -m lightning_fabric.cli)",
     }
+    cpu_ratios = {
+        v: Spread.of([a / b for a, b in zip(s[-counted:], cpu[RAW][-counted:])]) for v, s in cpu.items() if v != RAW
+    }
     row = row_result(
         "ddp_first_step",
         "2-process ddp job: launcher start to the first optimizer step of both workers (wall), x torchrun",
@@ -166,13 +169,12 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
         labels={v: label for v, label in labels.items() if v in values},
         note=(
             "gloo on 127.0.0.1, a small MLP, one SGD step per worker, then exit; the later worker's step counts. "
-            "The raw loop: init_process_group, DistributedDataParallel, forward, backward, step."
+            "The raw loop: init_process_group, DistributedDataParallel, forward, backward, step. Each job's CPU "
+            "time (launcher and workers, to exit), x raw: "
+            + "; ".join(f"{v} {spread.fmt()}" for v, spread in cpu_ratios.items())
+            + "."
         ),
     )
     row.extra["cpu_seconds"] = {v: Spread.of(s[-counted:]).as_dict() for v, s in cpu.items()}
-    row.extra["cpu_ratio"] = {
-        v: Spread.of([a / b for a, b in zip(s[-counted:], cpu[RAW][-counted:])]).as_dict()
-        for v, s in cpu.items()
-        if v != RAW
-    }
+    row.extra["cpu_ratio"] = {v: spread.as_dict() for v, spread in cpu_ratios.items()}
     return [row]
