@@ -40,8 +40,15 @@ seed_everything(7, verbose=False)
 """
 
 
+def _without_srun(path: str) -> str:
+    """``path`` without the folders that hold SLURM's ``srun``: Lightning warns on every ``Fabric()`` where it
+    exists (a machine with SLURM's client installed), which is not what this comparison is about."""
+    return os.pathsep.join(d for d in path.split(os.pathsep) if not os.path.exists(os.path.join(d, "srun")))
+
+
 def _info_lines(library: str, mode: str) -> list[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "PL_"))}
+    base["PATH"] = _without_srun(base.get("PATH", ""))
     done = subprocess.run(
         [sys.executable, "-c", _INFO_SCRIPT, library, mode], env=base, capture_output=True, text=True, timeout=60
     )
