@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Drop FABRIC_CORE_* and rank variables a developer's shell may carry; restore global torch state."""
+    """Drop FABRIC_CORE_* and rank variables a developer's shell may carry; restore global torch and process state."""
     for name in list(os.environ):
         if name.startswith("FABRIC_CORE_") or name in (
             "LOCAL_RANK",
@@ -23,12 +23,20 @@ def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
         ):
             monkeypatch.delenv(name, raising=False)
     # seed_everything records its seed as Lightning does, in PL_GLOBAL_SEED / PL_SEED_WORKERS: not a test's to keep.
-    seeds = {name: os.environ.get(name) for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    # A test that joins a one-process group in this process (strategy="ddp", devices=1) sets MASTER_ADDR/PORT and
+    # keeps a store listening on that port; every later job started from here would inherit the port and fail
+    # to bind it. The group is destroyed and the variables put back after each test.
+    kept = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "MASTER_ADDR", "MASTER_PORT")
+    seeds = {name: os.environ.get(name) for name in kept}
     import torch
+    import torch.distributed as dist
 
+    grouped = dist.is_available() and dist.is_initialized()
     dtype = torch.get_default_dtype()
     yield
     torch.set_default_dtype(dtype)
+    if not grouped and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
     for name, value in seeds.items():
         if value is None:
             os.environ.pop(name, None)
