@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import random
 import re
 import signal
 import socket
@@ -261,33 +260,5 @@ def test_two_fsdp_processes_preempted_save_a_sharded_checkpoint_and_resume_to_th
         straight.kill()
 
 
-@pytest.mark.multiprocess
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_worker_killed_under_max_restarts_is_restarted_and_the_job_ends_with_the_uninterrupted_digest(
-    tmp_path: Path, strategy: str
-) -> None:
-    # TorchElastic's contract made free: the agent restarts every worker, the script's one resume call picks
-    # the newest complete checkpoint, and nobody reruns anything by hand.
-    if strategy == "fsdp":
-        pytest.importorskip("fabric_core_fsdp")
-    env = environment()
-    straight = Job(two_processes(tmp_path / "straight", free_port(), strategy), env)  # uninterrupted, alongside
-    directory = tmp_path / "broken"
-    command = two_processes(directory, free_port(), strategy)
-    command.insert(command.index("run") + 1, "--max-restarts")
-    command.insert(command.index("--max-restarts") + 1, "2")
-    victim_step = random.randint(7, 30)  # printed in the failure message below through the job's output
-    job = Job(command, env)
-    try:
-        job.wait_for(rf"^step {victim_step} ")
-        victim = workers(job.process.pid)[-1]
-        os.kill(victim, signal.SIGKILL)
-        digest, out = finished(job)
-        assert f"pid {victim}" in out and "restarting every worker" in out, out[-3000:]
-        (resumed,) = map(int, re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE))
-        assert resumed % 5 == 0 and resumed <= victim_step, (victim_step, out[-3000:])
-        assert digest == finished(straight)[0], f"killed at step {victim_step}"
-    finally:
-        job.kill()
-        straight.kill()
+# A worker killed under --max-restarts at 1 to 4 processes (ddp) and 2 and 4 (fsdp), three times per job:
+# tests/test_resume_world_sizes.py, in CI's world_sizes step.

@@ -62,17 +62,21 @@ def test_a_job_that_loses_a_worker_three_times_ends_with_the_uninterrupted_diges
     straight = Job(command(tmp_path / "straight", strategy, processes, restarts=0), env)
     job = Job(command(tmp_path / "broken", strategy, processes, restarts=len(steps)), env)
     try:
-        resumed = []
+        resumed: list[int] = []
+        victims: list[int] = []
         for number, step in enumerate(steps):
             if number:
                 resumed.append(int(job.wait_for(r"^resumed at step (\d+)$").group(1)))
             job.wait_for(rf"^step {step} ")
-            os.kill(rng.choice(workers(job.process.pid)), signal.SIGKILL)
+            victim = rng.choice(workers(job.process.pid))
+            os.kill(victim, signal.SIGKILL)
+            victims.append(victim)
         resumed.append(int(job.wait_for(r"^resumed at step (\d+)$").group(1)))
         digest, out = finished(job)
         # Each resume starts from the newest checkpoint at or before the step its worker was lost in.
         assert all(r % EVERY == 0 and r <= s for r, s in zip(resumed, steps, strict=True)), (what, resumed)
         assert out.count("restarting every worker") == len(steps), out[-3000:]
+        assert all(f"pid {victim}" in out for victim in victims), out[-3000:]  # each loss names its worker
         assert digest == finished(straight)[0], what
     finally:
         job.kill()
