@@ -184,7 +184,7 @@ def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         timeout=meeting,
     )
     rendezvous = elastic_network_options(rendezvous, args.num_nodes)
-    if args.num_nodes > 1 and any(option.startswith("--rdzv-endpoint=") for option in rendezvous):
+    if args.num_nodes > 1 and "rdzv-endpoint" in _option_values(rendezvous):
         # torch's c10d rendezvous lends its store to the workers and writes the workers' MASTER_ADDR into it
         # only in the first round a node is rank 0 in. A node that joins a later round (a machine started
         # again after it died) then waits for that key until the store times out, and so does everyone else.
@@ -227,8 +227,13 @@ def set_run_environment(values: dict[str, str | None]) -> None:
             os.environ[var] = value
 
 
+def _option_values(options: list[str]) -> dict[str, str]:
+    """torchrun's ``--name=value`` options as ``{name: value}``."""
+    return dict(option[2:].split("=", 1) for option in options if "=" in option)
+
+
 def _meeting_point(options: list[str]) -> str:
-    values = dict(option[2:].split("=", 1) for option in options if "=" in option)
+    values = _option_values(options)
     if "rdzv-endpoint" in values:
         return values["rdzv-endpoint"]
     return f"{values.get('master_addr', '?')}:{values.get('master_port', '?')}"
@@ -308,8 +313,9 @@ def elastic_network_options(options: list[str], num_nodes: int) -> list[str]:
     from fabric_core._run_checks import rdzv_conf
     from fabric_core.strategies import _network
 
-    endpoint = next((o.split("=", 1)[1] for o in options if o.startswith("--rdzv-endpoint=")), None)
-    if num_nodes < 2 or endpoint is None or any(o.startswith("--local-addr=") for o in options):
+    values = _option_values(options)
+    endpoint = values.get("rdzv-endpoint")
+    if num_nodes < 2 or endpoint is None or "local-addr" in values:
         return options
     host = endpoint.rpartition(":")[0].strip("[]")
     addresses = _network.resolved(host)

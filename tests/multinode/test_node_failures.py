@@ -30,11 +30,29 @@ pytestmark = [pytest.mark.multinode, pytest.mark.multiprocess]
 PORT = 29620
 
 
-def elastic(cluster: Cluster, restarts: int, nodes: tuple[int, ...] = (0, 1)) -> list[Job]:
+def elastic(
+    cluster: Cluster,
+    restarts: int,
+    nodes: tuple[int, ...] = (0, 1),
+    *,
+    steps: int = 20,
+    rdzv_id: str = "elastic",
+    env: dict[str, str] | None = None,
+) -> list[Job]:
+    """``examples/fault_tolerant.py`` under the elastic agent (c10d rendezvous at node 0) on ``nodes``."""
     options = ("--accelerator", "cpu", "--strategy", "ddp", "--max-restarts", str(restarts))
-    options += ("--rdzv-endpoint", f"{cluster.main_address}:{PORT}", "--rdzv-id", "elastic")
-    script = [EXAMPLE, "--steps", "20", "--every", "5", "--step-seconds", "0.2", "--dir", str(cluster.disk / "run")]
-    return cluster.fabric_run(script, options=options, main_address=[None, None], nodes=nodes, name="elastic")
+    options += ("--rdzv-endpoint", f"{cluster.main_address}:{PORT}", "--rdzv-id", rdzv_id)
+    script = [EXAMPLE, "--steps", str(steps), "--every", "5", "--step-seconds", "0.2"]
+    script += ["--dir", str(cluster.disk / "run")]
+    return cluster.fabric_run(script, options=options, main_address=[None, None], nodes=nodes, env=env, name=rdzv_id)
+
+
+def assert_ended_as_uninterrupted(jobs: list[Job], expected_digest: str) -> None:
+    """Each job exited 0, the run resumed from the step-10 checkpoint, and its digest is the uninterrupted one."""
+    for job in jobs:
+        assert job.wait(JOB_DEADLINE) == 0, job.output[-6000:]
+    assert re.search(r"^resumed at step 10$", output(jobs), re.MULTILINE), output(jobs)[-3000:]
+    assert digest(output(jobs)) == expected_digest
 
 
 def output(jobs: list[Job]) -> str:
@@ -77,10 +95,7 @@ def test_a_worker_killed_on_node_1_restarts_both_nodes_and_the_job_ends_with_the
     victims = workers(jobs[1])
     assert len(victims) == 2, jobs[1].output[-3000:]
     os.kill(victims[-1], signal.SIGKILL)
-    for job in jobs:
-        assert job.wait(JOB_DEADLINE) == 0, job.output[-6000:]
-    assert re.search(r"^resumed at step 10$", output(jobs), re.MULTILINE), output(jobs)[-3000:]
-    assert digest(output(jobs)) == one_node_digest
+    assert_ended_as_uninterrupted(jobs, one_node_digest)
 
 
 @pytest.mark.timeout(400)
@@ -95,11 +110,7 @@ def test_a_whole_node_killed_and_started_again_rejoins_and_the_job_ends_with_the
     # scheduler (here the test) starts node 1's command again, as on a replaced machine.
     wait_for_line(jobs[:1], r"restarting every worker")
     (replacement,) = elastic(two_nodes, restarts=2, nodes=(1,))
-    survivors = [jobs[0], replacement]
-    for job in survivors:
-        assert job.wait(JOB_DEADLINE) == 0, job.output[-6000:]
-    assert re.search(r"^resumed at step 10$", output(survivors), re.MULTILINE), output(survivors)[-3000:]
-    assert digest(output(survivors)) == one_node_digest
+    assert_ended_as_uninterrupted([jobs[0], replacement], one_node_digest)
 
 
 @pytest.mark.timeout(300)
@@ -107,11 +118,8 @@ def test_a_whole_node_killed_and_never_replaced_ends_the_other_node_within_the_r
     two_nodes: Cluster,
 ) -> None:
     waited = 20
-    options = ("--accelerator", "cpu", "--strategy", "ddp", "--max-restarts", "2")
-    options += ("--rdzv-endpoint", f"{two_nodes.main_address}:{PORT}", "--rdzv-id", "lost")
-    script = [EXAMPLE, "--steps", "40", "--every", "5", "--step-seconds", "0.2", "--dir", str(two_nodes.disk / "run")]
     env = {"FABRIC_CORE_RENDEZVOUS_TIMEOUT": str(waited)}
-    jobs = two_nodes.fabric_run(script, options=options, main_address=[None, None], env=env, name="lost")
+    jobs = elastic(two_nodes, restarts=2, steps=40, rdzv_id="lost", env=env)
     wait_for_line(jobs, r"^step 8 ")
     jobs[1].kill()
     killed = time.monotonic()
