@@ -24,7 +24,7 @@ import pluggy
 
 from fabric_core import hookspecs
 from fabric_core._logging import log_event
-from fabric_core._metadata import core_requirement_problem, dist_key, read_facts
+from fabric_core._metadata import core_requirement_problem, dist_key, entry_points, read_facts
 from fabric_core._registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core.errors import (
     FabricCoreError,
@@ -230,7 +230,7 @@ class PluginManager:
             module = getattr(obj, "__name__", type(obj).__name__)
             self._consider(name.lower(), _constant(obj), PluginRecord(name.lower(), "loaded", module=module))
         if self.autoload:
-            eps = list(metadata.entry_points(group=self.group))
+            eps = entry_points(self.group)
             counts = Counter(ep.name.lower() for ep in eps)
             for ep in eps:
                 self._consider_entry_point(ep, shared=counts[ep.name.lower()] > 1)

@@ -1,0 +1,146 @@
+"""Discovery's own reading of installed metadata, against importlib.metadata and packaging.
+
+``fabric_core._metadata`` reads entry points, distribution facts and the core requirement without
+importlib's per-distribution objects or packaging's parsers (a fresh process's first ``Fabric()`` pays for
+both). Each reader is compared with the library it stands in for: on layouts built here, and on every
+distribution of this environment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from fabric_core._metadata import Facts, _release_allows, _scan_entry_points, entry_points, read_facts
+
+GROUP = "fabric_core_metadata_test.plugins"
+
+
+def _dist(root: Path, folder: str, entry_points_txt: str | None, name: str | None = None) -> None:
+    info = root / folder
+    info.mkdir(parents=True)
+    dist_name = name or folder.rpartition(".")[0].partition("-")[0]
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 1.0\n")
+    if entry_points_txt is not None:
+        (info / "entry_points.txt").write_text(entry_points_txt)
+
+
+@contextmanager
+def on_path(*roots: Path | str) -> Iterator[None]:
+    saved = list(sys.path)
+    sys.path[:0] = [str(r) for r in roots]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _described(eps: list[metadata.EntryPoint]) -> list[tuple[str, str, str, str | None]]:
+    return [(ep.name, ep.value, ep.group, ep.dist.name if ep.dist else None) for ep in eps]
+
+
+def test_entry_points_are_importlibs_in_order_shadowing_and_sections(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "alpha_one-1.0.dist-info", f"[{GROUP}]\na = alpha_one.plugin\nb = alpha_one.other:obj\n")
+    _dist(first, "Beta.Two-2.0.dist-info", f"[other]\nx = {GROUP}\n")  # the group named in a value only
+    # a same-named distribution later on the path is hidden, whether the first declares entry points or not
+    _dist(first, "gamma-1.0.dist-info", None)
+    _dist(second, "gamma-2.0.dist-info", f"[{GROUP}]\ng = gamma.plugin\n")
+    _dist(second, "alpha.one-3.0.dist-info", f"[{GROUP}]\nhidden = alpha_one.newer\n")
+    _dist(second, "delta-1.0.egg-info", f"# comment\n[[{GROUP}]]\n d =  delta.plugin \n\n[another]\ny = z\n")
+    _dist(second, "epsilon-1.0.dist-info", f"[ {GROUP} ]\ne = not.this.section\n")
+    (second / "zeta-1.0.dist-info").write_text("a file, not a folder")
+    _dist(second, "eta-1.0.dist-info", f"[{GROUP}]\n", name="eta")
+    with on_path(first, tmp_path / "missing", second):
+        ours = entry_points(GROUP)
+        theirs = list(metadata.entry_points(group=GROUP))
+    assert _described(ours) == _described(theirs)
+    assert {ep.name for ep in ours} == {"a", "b", "d"}  # gamma's is hidden, epsilon's section is another one
+    assert [ep.load for ep in ours]  # real EntryPoint objects
+
+
+def test_entry_points_of_this_environment_are_importlibs() -> None:
+    for group in ("fabric_core.plugins", "console_scripts", "pytest11"):
+        ours = _scan_entry_points(group)
+        assert ours is not None, "this environment's layout is the plain one: the scan itself must answer"
+        assert _described(ours) == _described(list(metadata.entry_points(group=group))), group
+    assert len(_scan_entry_points("fabric_core.plugins") or []) >= 11  # every first-party plugin
+
+
+def test_a_zip_on_the_path_or_a_distribution_finder_leaves_it_to_importlib(tmp_path: Path) -> None:
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zipped\nVersion: 1.0\n")
+        z.writestr("zipped-1.0.dist-info/entry_points.txt", f"[{GROUP}]\nz = zipped.plugin\n")
+    with on_path(archive):
+        assert _scan_entry_points(GROUP) is None
+        assert [ep.name for ep in entry_points(GROUP)] == ["z"]
+
+    class Finder:
+        @staticmethod
+        def find_spec(*args: object) -> None:
+            return None
+
+        @staticmethod
+        def find_distributions(context: metadata.DistributionFinder.Context) -> Iterator[metadata.Distribution]:
+            return iter(())
+
+    sys.meta_path.append(Finder)
+    try:
+        assert _scan_entry_points(GROUP) is None
+    finally:
+        sys.meta_path.remove(Finder)
+
+
+def test_facts_of_every_installed_distribution_are_the_email_parsers() -> None:
+    count = 0
+    for dist in metadata.distributions():
+        meta = dist.metadata
+        requires = meta.get_all("Requires-Dist")
+        if requires is None:
+            requires = dist.requires or []
+        expected = Facts(meta["Name"], meta["Version"], tuple(requires))
+        assert read_facts(dist) == expected, dist
+        count += 1
+    assert count > 50
+
+
+def test_facts_with_folded_or_odd_headers_fall_back_to_the_email_parser(tmp_path: Path) -> None:
+    info = tmp_path / "odd-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nname: odd\nVersion: 1.0\nRequires-Dist: fabric-core<0.2,\n  >=0.1\n\nName: body\n"
+    )
+    dist = metadata.PathDistribution(info)
+    folded = dist.metadata.get_all("Requires-Dist") or []
+    assert read_facts(dist) == Facts(dist.metadata["Name"], "1.0", tuple(folded))
+    assert folded and "\n" in folded[0]  # read as the email parser reads it: the folded line kept
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
+    assert read_facts(dist).name is None
+
+
+_VERSIONS = ("0.1.0", "0.1", "0.2", "1.0.0", "0.0.9", "2.13.0", "01.2", "0.1.0.0", "0.1.0rc1", "0.1.0.post1", "1!0.1")
+_CLAUSES = ("<0.2", ">=0.1", "==0.1", "!=0.1.0", "<=0.1.0", ">0.1", "<0.1.0", ">=1", "==0.1.*", "~=0.1", ">=0.1a1")
+
+
+@pytest.mark.parametrize("version", _VERSIONS)
+def test_release_comparison_is_packagings(version: str) -> None:
+    decided = 0
+    for n in (0, 1, 2):
+        for clauses in itertools.permutations(_CLAUSES, n):
+            specifiers = ",".join(clauses)
+            ours = _release_allows(specifiers, version)
+            if ours is None:
+                continue  # left to packaging
+            decided += 1
+            assert ours == SpecifierSet(specifiers).contains(version, prereleases=True), (specifiers, version)
+    plain = all(part.isdigit() for part in version.split("."))
+    assert (decided > 0) == plain  # every final release is decided here, nothing else is
