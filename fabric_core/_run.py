@@ -242,16 +242,21 @@ def _meeting_point(options: list[str]) -> str:
 def _torchrun(
     torchrun_args: list[str], max_restarts: int = 0, meeting: tuple[int, int, str, float] | None = None
 ) -> int:
+    """Run torchrun in this process; its exit code, with one line on stderr for each way it can fail.
+
+    ``meeting`` is ``(node_rank, num_nodes, where, seconds)``: how this node meets the others (``None``: one
+    node, nothing to meet).
+    """
     from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError as AgentRendezvousError
     from torch.distributed.run import main as torchrun
 
-    from fabric_core._run_agent import describe_exit, reporting_restarts
+    from fabric_core._run_agent import describe_exit, launcher_agent
 
     try:
-        with reporting_restarts():
+        with launcher_agent(num_nodes=1 if meeting is None else meeting[1]):
             torchrun(torchrun_args)
     except SystemExit as exc:  # torchrun exits through sys.exit on success and failure alike
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1

@@ -1,9 +1,20 @@
-"""Saying, on the launcher's stderr, which worker died when ``fabric-core run`` restarts every worker.
+"""The elastic agent that ``fabric-core run`` drives in its own process: what it says, and what it costs.
 
-torch's elastic agent restarts the worker group after a failure (``--max-restarts``) but says so only at
-INFO level, which torchrun does not show; its ERROR line names the local rank of the first failure but not
-that a restart follows. :func:`reporting_restarts` makes the agent that torchrun builds in this process
-print one line per restart: who died, how, and which restart of how many begins.
+:func:`launcher_agent` changes three things of the agent torchrun builds in this process, and puts them back
+on exit:
+
+- **Restarts are reported.** torch's agent restarts the worker group after a failure (``--max-restarts``)
+  but says so only at INFO level, which torchrun does not show; its ERROR line names the local rank of the
+  first failure but not that a restart follows. The agent prints one line per restart: who died, how, and
+  which restart of how many begins.
+- **Events are named from the frame.** torch's dynamic (c10d) rendezvous names the method of each event it
+  records with two calls to ``inspect.stack()``, before it checks whether any handler records events (none
+  does by default). ``inspect.stack()`` reads the source of every frame and, per frame, may search the
+  thousand-odd modules torch has loaded (CPython issue 92041). The same name is read from the frame itself.
+- **One node does not wait for others.** Before its first round the c10d rendezvous sleeps a random 0 to
+  0.3 s, so that the agents of many nodes do not reach the store at once. A one-node job has no other agent:
+  it skips that sleep (150 ms on average before any worker starts). Its other waits (the 1 s back-off while
+  a round is being decided) stay, and with several nodes nothing changes.
 """
 
 from __future__ import annotations
@@ -13,7 +24,18 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["describe_exit", "reporting_restarts"]
+__all__ = ["describe_exit", "launcher_agent", "method_name"]
+
+_NO_NAME = "no_method_name"  # what torch names an event recorded too near the top of the stack
+
+
+def method_name(depth: int = 2) -> str:
+    """The function ``depth`` frames above this one, as torch's ``get_method_name`` answers, read from the frame
+    (``1``: the caller; ``2``, torch's default: the caller's caller)."""
+    try:
+        return sys._getframe(depth).f_code.co_name
+    except ValueError:  # the stack is not that deep
+        return _NO_NAME
 
 
 def describe_exit(code: int) -> str:
@@ -22,16 +44,18 @@ def describe_exit(code: int) -> str:
 
 
 @contextlib.contextmanager
-def reporting_restarts() -> Iterator[None]:
-    """While inside, the elastic agents that torchrun builds in this process report each restart.
+def launcher_agent(num_nodes: int) -> Iterator[None]:
+    """While inside, the elastic agents that torchrun builds in this process behave as the module says.
 
-    Only the launcher process calls this (``fabric-core run`` owns it); the agent class is put back on exit.
+    Only the launcher process calls this (``fabric-core run`` owns it).
+
+    Args:
+        num_nodes: The job's number of nodes (``--num-nodes``): with one, the first round does not wait.
     """
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     from torch.distributed.launcher import api
-
-    launcher: Any = api  # the agent class is an import there, not in the module's exports
 
     class ReportingAgent(LocalElasticAgent):
         _restarts_reported = 0
@@ -55,9 +79,23 @@ def reporting_restarts() -> Iterator[None]:
                 )
             return result
 
-    original = launcher.LocalElasticAgent
-    launcher.LocalElasticAgent = ReportingAgent
+    delay = getattr(dynamic_rendezvous, "_delay", None)
+
+    def no_skew(seconds: float | tuple[float, float]) -> None:
+        if not isinstance(seconds, tuple):  # a random range is the first round's skew across nodes
+            delay(seconds)  # type: ignore[misc]  # only installed where torch has it
+
+    # The agent class is an import in torch's launcher module, not one of its exports.
+    changes: dict[tuple[Any, str], Any] = {(api, "LocalElasticAgent"): ReportingAgent}
+    if hasattr(dynamic_rendezvous, "get_method_name"):
+        changes[dynamic_rendezvous, "get_method_name"] = method_name
+    if num_nodes == 1 and delay is not None:
+        changes[dynamic_rendezvous, "_delay"] = no_skew
+    saved = {key: getattr(*key) for key in changes}
+    for (module, name), value in changes.items():
+        setattr(module, name, value)
     try:
         yield
     finally:
-        launcher.LocalElasticAgent = original
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
