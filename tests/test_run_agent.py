@@ -5,13 +5,14 @@ The restart lines themselves are checked on real jobs in ``test_run_restarts.py`
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 from torch.distributed.launcher import api
 
-from fabric_core._run_agent import launcher_agent, method_name
+from fabric_core._run_agent import defer_collection, launcher_agent, method_name
 
 
 def _outer_caller() -> tuple[str, str]:
@@ -59,3 +60,20 @@ def test_everything_is_put_back_when_the_run_fails() -> None:
     with pytest.raises(RuntimeError, match="worker failed"), launcher_agent(1):
         raise RuntimeError("worker failed")
     assert (api.LocalElasticAgent, dynamic_rendezvous.get_method_name, dynamic_rendezvous._delay) == originals
+
+
+def test_the_launcher_collects_garbage_again_once_its_agent_is_done() -> None:
+    assert gc.isenabled()
+    with launcher_agent(1):
+        assert gc.isenabled()  # collection is deferred by the launcher only, not by entering the agent
+    assert gc.get_freeze_count() == 0  # nothing was deferred: nothing frozen
+    try:
+        defer_collection()
+        assert not gc.isenabled()
+        with launcher_agent(1):
+            assert not gc.isenabled()  # until the workers start (the agent's `_start_workers`)
+        assert gc.isenabled()  # a run that ended before starting any worker collects again
+        assert gc.get_freeze_count() > 0  # and what the launcher held when it resumed is frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
