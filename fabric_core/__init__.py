@@ -109,6 +109,8 @@ if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path)
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if name.startswith("_"):  # `from fabric_core import _private` asks here before it imports the module
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         from fabric_core._deferred import lightning_reexports, submodule
 
         try:

@@ -26,8 +26,6 @@ from fabric_core._deferred import lightning_reexports
 from fabric_core._fabric_checkpoints import Checkpoints
 from fabric_core._run_worker import launched_by_cli as _launched_by_cli
 from fabric_core._signature import call_with_accepted, call_with_keywords, hooks
-from fabric_core.callbacks.profiler import Profiler
-from fabric_core.callbacks.profiler import profile as profile_run
 from fabric_core.loggers._aggregate import reduce_metrics
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
@@ -46,6 +44,7 @@ from fabric_core.wrappers._guard import BackwardState
 if TYPE_CHECKING:
     from fabric_core._manager import PluginManager
     from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.callbacks.profiler import Profiler
     from fabric_core.loggers.logger import Logger
 
 __all__ = ["Fabric"]
@@ -555,7 +554,9 @@ class Fabric(Checkpoints):
         Takes the options of :class:`~fabric_core.callbacks.profiler.Profiler` (``wait``, ``warmup``,
         ``active``, ``repeat``, ``dirpath``, ...). Traces go to the first logger's folder, one per process.
         """
-        return profile_run(self, **options)
+        from fabric_core.callbacks.profiler import profile
+
+        return profile(self, **options)
 
     @staticmethod
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
