@@ -121,7 +121,7 @@ def _collect_single(quick: bool, wanted: set[str]) -> list[RowResult]:
         return cpu
 
     measures: dict[str, Measure] = {v: functools.partial(measure, v) for v in scripts}
-    values = interleave(measures, rounds=3 if quick else 9, seed=3, warmup=0 if quick else 1)
+    values = interleave(measures, rounds=3 if quick else 16, seed=3, warmup=0 if quick else 1)
     counted = len(values[RAW])  # the warm-up rounds came first: the last ones counted
     wall = {v: samples[-counted:] for v, samples in wall.items()}
     construct = {v: samples[-counted:] for v, samples in construct.items() if samples}

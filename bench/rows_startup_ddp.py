@@ -150,7 +150,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
             return wall
 
         measures: dict[str, Measure] = {v: functools.partial(measure, v) for v in commands}
-        values = interleave(measures, rounds=3 if quick else 7, seed=5, warmup=0 if quick else 1)
+        values = interleave(measures, rounds=3 if quick else 8, seed=5, warmup=0 if quick else 1)
     counted = len(values[RAW])
     options = " ".join(_OPTIONS)
     labels = {

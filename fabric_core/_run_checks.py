@@ -155,11 +155,9 @@ def rendezvous_options(
     every node can agree on without talking. On one node with no port given, the agent's store listens on
     port 0: the kernel picks a free port at the moment it binds, so two jobs on one machine cannot collide
     (choosing a free port first and binding it later would leave a window for another job to take it).
-    The workers get that port as ``MASTER_PORT`` and use the agent's store.
+    The workers get that port as ``MASTER_PORT`` and use the agent's store (that is torch's c10d
+    rendezvous, whose costs for a one-node job :mod:`fabric_core._run_agent` takes off).
 
-    Args:
-        num_nodes: Number of nodes.
-        address: ``--main-address`` (``None``: ``MASTER_ADDR``, else ``127.0.0.1``).
     Any of ``--rdzv-backend/--rdzv-endpoint/--rdzv-id`` chooses the rendezvous directly instead (backend
     c10d unless given; on one node the endpoint defaults to ``ADDRESS:0`` and the id to a new random one).
 
