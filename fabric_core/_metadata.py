@@ -72,8 +72,9 @@ def entry_points(group: str) -> list[metadata.EntryPoint]:
     distributions. This reads each of those files once and builds only the distributions whose file has a
     ``[group]`` section. It walks ``sys.path`` as importlib does: path entries in order, each folder's
     ``*.dist-info``/``*.egg-info`` in listing order, the first distribution of each name hiding later ones,
-    even one without entry points. Where that layout is not all there is (a zip archive or an ``.egg`` on
-    ``sys.path``, or an import hook that finds distributions of its own), importlib's own scan answers.
+    even one without entry points. Where that layout is not all there is (a zip archive, an ``.egg`` or an
+    entry that is not a string on ``sys.path``, or an import hook that finds distributions of its own),
+    importlib's own scan answers.
     """
     found = _scan_entry_points(group)
     return list(metadata.entry_points(group=group)) if found is None else found
@@ -87,6 +88,8 @@ def _scan_entry_points(group: str) -> list[metadata.EntryPoint] | None:
     seen: set[str] = set()
     found: list[metadata.EntryPoint] = []
     for root in sys.path:
+        if not isinstance(root, str):
+            return None  # a path object or bytes put there by hand: importlib decides what it means
         try:
             children = os.listdir(root or ".")
         except OSError:

@@ -83,6 +83,14 @@ def test_a_zip_on_the_path_or_a_distribution_finder_leaves_it_to_importlib(tmp_p
     with on_path(archive):
         assert _scan_entry_points(GROUP) is None
         assert [ep.name for ep in entry_points(GROUP)] == ["z"]
+    folder = tmp_path / "folder"
+    _dist(folder, "plain-1.0.dist-info", f"[{GROUP}]\np = plain.plugin\n")
+    sys.path.insert(0, folder)  # type: ignore[arg-type]  # a Path put on sys.path by hand
+    try:
+        assert _scan_entry_points(GROUP) is None
+        assert _described(entry_points(GROUP)) == _described(list(metadata.entry_points(group=GROUP)))
+    finally:
+        sys.path.remove(folder)  # type: ignore[arg-type]
 
     class Finder:
         @staticmethod
