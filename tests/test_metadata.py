@@ -9,6 +9,8 @@ distribution of this environment.
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -67,12 +69,41 @@ def test_entry_points_are_importlibs_in_order_shadowing_and_sections(tmp_path: P
     assert [ep.load for ep in ours]  # real EntryPoint objects
 
 
-def test_entry_points_of_this_environment_are_importlibs() -> None:
-    for group in ("fabric_core.plugins", "console_scripts", "pytest11"):
-        ours = _scan_entry_points(group)
-        assert ours is not None, "this environment's layout is the plain one: the scan itself must answer"
-        assert _described(ours) == _described(list(metadata.entry_points(group=group))), group
-    assert len(_scan_entry_points("fabric_core.plugins") or []) >= 11  # every first-party plugin
+_COMPARE_IN_A_FRESH_PROCESS = """
+import json, sys
+from importlib import metadata
+{setup}
+from fabric_core._metadata import _scan_entry_points, entry_points
+
+def described(eps):
+    return [(ep.name, ep.value, ep.group, ep.dist.name if ep.dist else None) for ep in eps]
+
+report = {{}}
+for group in ("fabric_core.plugins", "console_scripts", "pytest11"):
+    report[group] = {{
+        "scanned": _scan_entry_points(group) is not None,
+        "same": described(entry_points(group)) == described(list(metadata.entry_points(group=group))),
+        "count": len(entry_points(group)),
+    }}
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("setup", ["", "import importlib_metadata  # its finder replaces the standard one"])
+def test_entry_points_of_this_environment_are_importlibs(setup: str) -> None:
+    """In a fresh interpreter: this environment's plain layout is scanned; once a library has imported the
+    importlib_metadata backport (MLflow does), whose finder takes over from the standard one, importlib answers.
+    """
+    if setup:
+        pytest.importorskip("importlib_metadata")
+    code = _COMPARE_IN_A_FRESH_PROCESS.format(setup=setup)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    for group, found in report.items():
+        assert found["same"], group
+        assert found["scanned"] == (not setup), group
+    assert report["fabric_core.plugins"]["count"] >= 11  # every first-party plugin
 
 
 def test_a_zip_on_the_path_or_a_distribution_finder_leaves_it_to_importlib(tmp_path: Path) -> None:
