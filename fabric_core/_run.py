@@ -162,9 +162,13 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
 
 def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
     """The built-in runner ``"torchrun"``: set the environment and hand over to torchrun."""
-    from fabric_core._run_agent import defer_collection
+    from fabric_core._run_agent import collection_deferred
 
-    defer_collection()  # until the workers have started: see fabric_core._run_agent
+    with collection_deferred():  # until the workers have started: see fabric_core._run_agent
+        return _run_torchrun(args, manager)
+
+
+def _run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
     if not 0 <= args.node_rank < max(args.num_nodes, 1):
         raise InvalidConfigError(
             f"`--node-rank {args.node_rank}` with `--num-nodes {args.num_nodes}`: need 0 <= node_rank < num_nodes.",

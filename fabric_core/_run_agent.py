@@ -1,7 +1,7 @@
 """The elastic agent that ``fabric-core run`` drives in its own process: what it says, and what it costs.
 
 :func:`launcher_agent` changes three things of the agent torchrun builds in this process, and puts them back
-on exit, and the launcher collects no garbage until its workers have started (:func:`defer_collection`):
+on exit; and the launcher collects no garbage until its workers have started (:func:`collection_deferred`):
 
 - **Restarts are reported.** torch's agent restarts the worker group after a failure (``--max-restarts``)
   but says so only at INFO level, which torchrun does not show; its ERROR line names the local rank of the
@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["defer_collection", "describe_exit", "launcher_agent", "method_name", "resume_collection"]
+__all__ = ["collection_deferred", "describe_exit", "launcher_agent", "method_name", "resume_collection"]
 
 _NO_NAME = "no_method_name"  # what torch names an event recorded too near the top of the stack
 
@@ -45,14 +45,35 @@ def method_name(depth: int = 2) -> str:
         return _NO_NAME
 
 
-def defer_collection() -> None:
-    """Collect no garbage in this process until :func:`resume_collection` (the launcher, before it imports torch)."""
+_deferred = False  # whether collection_deferred() turned the collector off and nothing has turned it on since
+
+
+@contextlib.contextmanager
+def collection_deferred() -> Iterator[None]:
+    """Collect no garbage inside, until :func:`resume_collection` (the launcher: from before it imports torch).
+
+    On exit the collector is on again, without a freeze, if the workers never started (an error before them,
+    or a caller that runs the command in its own process); a collector the caller had turned off stays off.
+    """
+    global _deferred
+    if not gc.isenabled():
+        yield
+        return
     gc.disable()
+    _deferred = True
+    try:
+        yield
+    finally:
+        if _deferred:
+            _deferred = False
+            gc.enable()
 
 
 def resume_collection() -> None:
-    """Freeze what this process holds and collect garbage again; nothing if collection was not deferred."""
-    if not gc.isenabled():
+    """Freeze what this process holds and collect garbage again, if :func:`collection_deferred` stopped it."""
+    global _deferred
+    if _deferred:
+        _deferred = False
         gc.freeze()
         gc.enable()
 
@@ -124,4 +145,3 @@ def launcher_agent(num_nodes: int) -> Iterator[None]:
     finally:
         for (module, name), value in saved.items():
             setattr(module, name, value)
-        resume_collection()  # a run that ended before its workers started

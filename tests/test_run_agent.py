@@ -6,13 +6,18 @@ The restart lines themselves are checked on real jobs in ``test_run_restarts.py`
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 from torch.distributed.launcher import api
 
-from fabric_core._run_agent import defer_collection, launcher_agent, method_name
+from fabric_core._run_agent import collection_deferred, launcher_agent, method_name, resume_collection
 
 
 def _outer_caller() -> tuple[str, str]:
@@ -62,19 +67,60 @@ def test_everything_is_put_back_when_the_run_fails() -> None:
     assert (api.LocalElasticAgent, dynamic_rendezvous.get_method_name, dynamic_rendezvous._delay) == originals
 
 
-def test_the_launcher_collects_garbage_again_once_its_agent_is_done() -> None:
+def test_the_launcher_collects_garbage_again_once_its_workers_start_or_it_fails() -> None:
     assert gc.isenabled()
     frozen = gc.get_freeze_count()  # another test (the bench harness) may have frozen objects already
-    with launcher_agent(1):
-        assert gc.isenabled()  # collection is deferred by the launcher only, not by entering the agent
-    assert gc.get_freeze_count() == frozen  # nothing was deferred: nothing more frozen
+    resume_collection()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen  # nothing deferred: nothing to resume or freeze
     try:
-        defer_collection()
-        assert not gc.isenabled()
-        with launcher_agent(1):
-            assert not gc.isenabled()  # until the workers start (the agent's `_start_workers`)
-        assert gc.isenabled()  # a run that ended before starting any worker collects again
-        assert gc.get_freeze_count() > frozen  # and what the launcher held when it resumed is frozen
+        with collection_deferred():
+            assert not gc.isenabled()
+            with launcher_agent(1):
+                assert not gc.isenabled()  # entering the agent does not resume it: starting the workers does
+            resume_collection()  # what the agent's `_start_workers` calls once they run
+            assert gc.isenabled()
+            assert gc.get_freeze_count() > frozen  # what the launcher held then is frozen
+        assert gc.isenabled()
     finally:
         gc.enable()
         gc.unfreeze()  # the rest of the session collects as before
+    frozen = gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="bad option"), collection_deferred():
+        raise RuntimeError("bad option")  # a run refused before any worker starts
+    assert gc.isenabled() and gc.get_freeze_count() == frozen  # collecting again, nothing frozen
+    gc.disable()  # a caller that runs without the collector keeps it off
+    try:
+        with collection_deferred():
+            pass
+        resume_collection()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+_LAUNCHER = """
+import gc, json, sys
+from fabric_core.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("devices", ["2", "0"])
+def test_a_real_launcher_collects_again_after_its_workers_start(tmp_path: Path, devices: str) -> None:
+    """The launcher process itself, after a real 2-process job (frozen at the workers' start) and after a job
+    refused before any worker (``--devices 0``: collecting again, nothing frozen)."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nfrom fabric_core import Fabric\nFabric().barrier()\n")
+    options = ["run", "--accelerator", "cpu", "--devices", devices, "--strategy", "ddp", str(script)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_CORE_", "MASTER_", "TORCHELASTIC"))}
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *options], capture_output=True, text=True, timeout=180, env=env
+    )
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["enabled"], done.stderr[-2000:]
+    if devices == "2":
+        assert state["code"] == 0 and state["frozen"] > 100_000, (state, done.stderr[-2000:])
+    else:
+        assert state["code"] == 2 and state["frozen"] == 0, (state, done.stderr[-2000:])
