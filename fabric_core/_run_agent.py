@@ -15,10 +15,10 @@ on exit; and the launcher collects no garbage until its workers have started (:f
   0.3 s, so that the agents of many nodes do not reach the store at once. A one-node job has no other agent:
   it skips that sleep (150 ms on average before any worker starts). Its other waits (the 1 s back-off while
   a round is being decided) stay, and with several nodes nothing changes.
-- **No garbage collection before the workers start.** Importing torch allocates about a million objects
+- **No garbage collection before the workers start.** Importing torch leaves a few hundred thousand objects
   that live as long as the process, and CPython's full collections scan them again and again while the
-  import goes on: 0.2-0.3 s of the launcher's start on this machine, on the way to every worker. What the launcher
-  allocates before its workers start it keeps, so it collects nothing until then. It then freezes what it
+  import goes on: 0.2-0.3 s of the launcher's start on a 2-core machine, on the way to every worker. What
+  the launcher allocates before its workers start it keeps, so it collects nothing until then. It then freezes what it
   holds (:func:`gc.freeze`: later collections skip it) and collects as usual while it watches the workers.
   Only the launcher does this: the workers run the user's script with Python's defaults.
 """
