@@ -142,7 +142,9 @@ def _read_plain_headers(dist: metadata.Distribution) -> Facts | None:
         return None
     name = version = None
     requires: list[str] = []
-    for line in text.split("\n\n", 1)[0].splitlines():
+    for line in text.splitlines():
+        if not line:
+            break  # the headers end at the first empty line; the description follows
         key, colon, value = line.partition(":")
         if not colon or line[:1] in (" ", "\t"):
             return None

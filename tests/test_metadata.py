@@ -164,6 +164,13 @@ def test_facts_with_folded_or_odd_headers_fall_back_to_the_email_parser(tmp_path
     assert folded and "\n" in folded[0]  # read as the email parser reads it: the folded line kept
     (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n")
     assert read_facts(dist).name is None
+    # Windows line ends, and a description whose lines look like headers
+    (info / "METADATA").write_bytes(
+        b"Metadata-Version: 2.1\r\nName: crlf\r\nVersion: 2.0\r\nRequires-Dist: torch>=2\r\n\r\n"
+        b"Usage: see below\r\nRequires-Dist: not-a-requirement\r\n"
+    )
+    assert read_facts(dist) == Facts("crlf", "2.0", ("torch>=2",))
+    assert dist.metadata["Name"] == "crlf" and dist.metadata.get_all("Requires-Dist") == ["torch>=2"]
 
 
 _VERSIONS = ("0.1.0", "0.1", "0.2", "1.0.0", "0.0.9", "2.13.0", "01.2", "0.1.0.0", "0.1.0rc1", "0.1.0.post1", "1!0.1")
