@@ -102,7 +102,7 @@ def _scan_entry_points(group: str) -> list[metadata.EntryPoint] | None:
             low = child.lower()
             if not low.endswith(_INFO_SUFFIXES):
                 continue
-            key = re.sub(r"[-_.]+", "_", low.rpartition(".")[0].partition("-")[0])
+            key = dist_key(low.rpartition(".")[0].partition("-")[0])  # importlib's name for it, as a key
             if key in seen:
                 continue
             seen.add(key)
