@@ -125,17 +125,17 @@ def launcher_agent(num_nodes: int) -> Iterator[None]:
                 )
             return result
 
-    delay = getattr(dynamic_rendezvous, "_delay", None)
-
-    def no_skew(seconds: float | tuple[float, float]) -> None:
-        if not isinstance(seconds, tuple):  # a random range is the first round's skew across nodes
-            delay(seconds)  # type: ignore[misc]  # only installed where torch has it
-
     # The agent class is an import in torch's launcher module, not one of its exports.
     changes: dict[tuple[Any, str], Any] = {(api, "LocalElasticAgent"): ReportingAgent}
     if hasattr(dynamic_rendezvous, "get_method_name"):
         changes[dynamic_rendezvous, "get_method_name"] = method_name
+    delay = getattr(dynamic_rendezvous, "_delay", None)
     if num_nodes == 1 and delay is not None:
+
+        def no_skew(seconds: float | tuple[float, float]) -> None:
+            if not isinstance(seconds, tuple):  # a random range is the first round's skew across nodes
+                delay(seconds)
+
         changes[dynamic_rendezvous, "_delay"] = no_skew
     saved = {key: getattr(*key) for key in changes}
     for (module, name), value in changes.items():
