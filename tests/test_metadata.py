@@ -15,7 +15,7 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import metadata
+from importlib import machinery, metadata
 from pathlib import Path
 
 import pytest
@@ -49,6 +49,22 @@ def _described(eps: list[metadata.EntryPoint]) -> list[tuple[str, str, str, str 
     return [(ep.name, ep.value, ep.group, ep.dist.name if ep.dist else None) for ep in eps]
 
 
+@pytest.fixture
+def standard_finder_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distributions found as in a fresh process, by the standard path finder alone.
+
+    An earlier test may have imported MLflow, whose importlib_metadata backport adds a finder of its own and
+    deletes the standard one's ``find_distributions``. With that in place the scan rightly hands over to
+    importlib, and a layout test would compare importlib with itself.
+    """
+    if not hasattr(machinery.PathFinder, "find_distributions"):
+        standard = staticmethod(metadata.MetadataPathFinder.find_distributions)
+        monkeypatch.setattr(machinery.PathFinder, "find_distributions", standard, raising=False)
+    finders = [f for f in sys.meta_path if f is machinery.PathFinder or not hasattr(f, "find_distributions")]
+    monkeypatch.setattr(sys, "meta_path", finders)
+
+
+@pytest.mark.usefixtures("standard_finder_only")
 def test_entry_points_are_importlibs_in_order_shadowing_and_sections(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     _dist(first, "alpha_one-1.0.dist-info", f"[{GROUP}]\na = alpha_one.plugin\nb = alpha_one.other:obj\n")
@@ -62,8 +78,10 @@ def test_entry_points_are_importlibs_in_order_shadowing_and_sections(tmp_path: P
     (second / "zeta-1.0.dist-info").write_text("a file, not a folder")
     _dist(second, "eta-1.0.dist-info", f"[{GROUP}]\n", name="eta")
     with on_path(first, tmp_path / "missing", second):
+        scanned = _scan_entry_points(GROUP)  # None would mean it handed over to importlib
         ours = entry_points(GROUP)
         theirs = list(metadata.entry_points(group=GROUP))
+    assert scanned is not None and _described(scanned) == _described(ours)
     assert _described(ours) == _described(theirs)
     assert {ep.name for ep in ours} == {"a", "b", "d"}  # gamma's is hidden, epsilon's section is another one
     assert all(isinstance(ep, metadata.EntryPoint) for ep in ours)  # importlib's own objects, loadable as such
@@ -106,6 +124,7 @@ def test_entry_points_of_this_environment_are_importlibs(setup: str) -> None:
     assert report["fabric_core.plugins"]["count"] >= 11  # every first-party plugin
 
 
+@pytest.mark.usefixtures("standard_finder_only")
 def test_a_zip_on_the_path_or_a_distribution_finder_leaves_it_to_importlib(tmp_path: Path) -> None:
     archive = tmp_path / "plugins.zip"
     with zipfile.ZipFile(archive, "w") as z:
