@@ -14,7 +14,9 @@ from typing import Any
 
 from _harness import AA, ACCELERATE, CORE, LIGHTNING, RowResult
 
-__all__ = ["environment", "markdown", "plot", "terminal_table", "write_json"]
+HERE = Path(__file__).resolve().parent
+
+__all__ = ["environment", "gpu_section", "markdown", "plot", "terminal_table", "write_json"]
 
 _COLUMNS = ((CORE, "fabric-core"), (AA, "A/A (noise)"), (LIGHTNING, "Lightning Fabric"), (ACCELERATE, "Accelerate"))
 
@@ -118,6 +120,7 @@ def markdown(env: dict[str, Any], rows: Sequence[RowResult], plot_name: str | No
         lines.append("| " + " | ".join(cells) + " |")
     if plot_name:
         lines += ["", f"![ratios to raw PyTorch, median with min and max]({plot_name})"]
+    lines += gpu_section(HERE / "gpu_results.json")
     lines += [
         "",
         "## Where fabric-core's time goes",
@@ -168,6 +171,79 @@ def markdown(env: dict[str, Any], rows: Sequence[RowResult], plot_name: str | No
         "",
     ]
     return "\n".join(lines)
+
+
+def gpu_section(path: Path) -> list[str]:
+    """The page's GPU section, from the last run of ``scripts/gpu_all.sh`` kept in ``bench/gpu_results.json``.
+
+    ``run.py`` runs on the CPU; the GPU numbers come from a separate machine and stay until that file is
+    replaced by a newer run (nothing here measures them).
+    """
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    bench, header = data["bench"], data["bench"]["header"]
+    frameworks = [name for name in ("raw", "fabric-core", "lightning") if name in bench["results"][0]["steps_per_s"]]
+    cfg = header["config"]
+    lines = [
+        "",
+        "## On a GPU",
+        "",
+        f"`{data['command']}`, {data['date']}: {data['machine']}. The machine has no network, so it runs its own",
+        "CUDA build of torch rather than the pinned 2.13.0. Each check's PASS/FAIL, as the script printed it:",
+        "",
+        "| check | result | seconds | detail |",
+        "|---|---|---|---|",
+    ]
+    for c in data["checks"]:
+        detail = c["detail"].replace("|", "\\|")  # a table cell: the detail's own bars would split it
+        lines.append(f"| {c['check']} | {c['result']} | {c['seconds']} | {detail} |")
+    lines += [
+        "",
+        "One GPU leaves untested: NCCL between two processes (ddp's gradient all-reduce, FSDP's sharding across",
+        "ranks), and every test marked `needs 2 CUDA GPUs`.",
+        "",
+        f"`bench/gpu_transformer.py`: a decoder-only transformer of {header['params'] / 1e6:.0f}M parameters"
+        f" ({cfg['layers']} layers, width {cfg['dim']}, {cfg['heads']} heads, vocabulary {cfg['vocab']}), batch"
+        f" {header['batch']} x {cfg['seq']} tokens, AdamW. Each framework trains its own copy in the same process,",
+        f"{header['rounds']} rounds of {header['steps_per_round']} synchronized steps in a rotating order; the ratio",
+        "is the median of the per-round ratios to raw PyTorch. MFU (callback) is what fabric-core's `throughput`",
+        "callback reports (`throughput/device/mfu`, the peak from its table: dense bf16); MFU (by hand) is the",
+        "step's FLOPs by formula (6 x tokens x matmul parameters + attention, equal to `measure_flops`:"
+        f" {header['flops_per_step_formula'] / 1e12:.2f} TFLOP) over the synchronized step time and the datasheet's",
+        "989.4 TFLOP/s.",
+        "",
+        "| precision | torch.compile | "
+        + " | ".join(f"{name} steps/s" for name in frameworks)
+        + " | "
+        + " | ".join(f"{name} / raw" for name in frameworks if name != "raw")
+        + " | MFU (callback) | MFU (by hand) |",
+        "|---|---|" + "---|" * (2 * len(frameworks) - 1) + "---|---|",
+    ]
+    for r in bench["results"]:
+        if r.get("skipped"):
+            lines.append(f"| {r['precision']} | {'yes' if r['compiled'] else 'no'} | skipped: {r['skipped']} |")
+            continue
+        mfu = (r.get("callback") or {}).get("throughput/device/mfu")
+        cells = [r["precision"], "yes" if r["compiled"] else "no"]
+        cells += [f"{r['steps_per_s'][name]:.2f}" for name in frameworks]
+        cells += [f"{r['ratio_to_raw'][name]:.3f}" for name in frameworks if name != "raw"]
+        cells += [
+            f"{100 * mfu:.1f}%" if mfu else "n/a",
+            f"{100 * r['mfu_by_hand']:.1f}%" if r["mfu_by_hand"] else "n/a",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    save = bench.get("save")
+    if save and "error" not in save:
+        lines += [
+            "",
+            f"Saving that model with its AdamW state ({save['bytes'] / 1e9:.2f} GB), the time the loop is blocked"
+            f" (median of 3): raw `torch.save` of the state dicts {save['torch.save']:.2f} s, `fabric.save`"
+            f" {save['fabric.save']:.2f} s (atomic and fsynced), `fabric.save` with `AsyncCheckpointIO`"
+            f" {save['fabric.save async']:.3f} s (until the host snapshot is taken; the write continues in the"
+            " background).",
+        ]
+    return lines
 
 
 def plot(path: Path, rows: Sequence[RowResult]) -> bool:

@@ -42,7 +42,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 failures=0
 
 row() {  # check result seconds detail
-    printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >>"$TABLE"
+    printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "${4//|/\\|}" >>"$TABLE"
     echo "== $1: $2 ($3 s) $4"
 }
 
@@ -119,7 +119,16 @@ bench_args=()
 [ "$ACCELERATOR" = cuda ] || bench_args=(--device cpu --tiny --steps 4 --rounds 2)
 run_check "benchmark" 260 bench.txt python3 bench/gpu_transformer.py --json "$OUT/bench.json" \
     --budget "${GPU_BENCH_BUDGET:-150}" "${bench_args[@]}"
-record "bench/gpu_transformer.py (raw / fabric-core / lightning)" "table in bench.txt, numbers in bench.json"
+record "bench/gpu_transformer.py (raw / fabric-core / lightning)" "$(python3 - "$OUT/bench.json" 2>&1 <<'PY'
+import json, sys
+results = [r for r in json.load(open(sys.argv[1]))["results"] if "ratio_to_raw" in r]
+for name in ("fabric-core", "lightning"):
+    ratios = [r["ratio_to_raw"][name] for r in results if name in r["ratio_to_raw"]]
+    if ratios:
+        print(f"{name} / raw steps/s {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} variants;", end=" ")
+print("table in bench.txt")
+PY
+)"
 
 # -- 3. ddp over NCCL with one process ------------------------------------------------------------------------
 job=$(mktemp -d)

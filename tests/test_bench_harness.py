@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -54,3 +56,19 @@ def test_fastest_of_calls_the_measure_repeatedly_and_keeps_the_smallest_value() 
     best = fastest_of(lambda: next(values), 3)
     assert best() == 1.0
     assert next(values) == 9.0  # exactly three calls
+
+
+def test_the_gpu_section_renders_the_kept_run_as_tables_a_markdown_reader_splits_right() -> None:
+    from report import HERE, gpu_section
+
+    lines = gpu_section(HERE / "gpu_results.json")
+    assert lines[1] == "## On a GPU"
+    data = json.loads((HERE / "gpu_results.json").read_text())
+    first = lines.index("| check | result | seconds | detail |") + 2
+    checks = lines[first : first + len(data["checks"])]
+    assert lines[first + len(data["checks"])] == "" and any("\\|" in line for line in checks)  # fp8's "|diff|"
+    for line in checks:  # a detail's own bars are escaped: four cells a row
+        assert len(re.split(r"(?<!\\)\|", line.strip().strip("|"))) == 4, line
+    ratios = [line for line in lines if line.startswith("| bf16")]
+    assert len(ratios) == len(data["bench"]["results"]) and all(line.count("%") == 2 for line in ratios)
+    assert gpu_section(HERE / "missing.json") == []
