@@ -243,6 +243,8 @@ def gpu_section(path: Path) -> list[str]:
             f" {save['fabric.save async']:.3f} s (until the host snapshot is taken; the write continues in the"
             " background).",
         ]
+    if data.get("more"):
+        lines += ["", "More runs on the same machine:", ""] + [f"- {line}" for line in data["more"]]
     return lines
 
 
