@@ -38,6 +38,10 @@ map. The last line is the verdict, and the exit code follows it::
 ``--device cpu`` runs the same code on the CPU, where torch has float8 ``_scaled_mm`` kernels (slow; a check of
 the wiring, not of speed). Step times are synchronized wall-clock milliseconds, the median after the warm-up.
 Needs ``pip install torchao`` (not a fabric-core dependency).
+
+Speed: float8 pays off only on large matrix products. Measured on an H200 (docs/benchmarks.md), at this
+width (512) a float8 step took 3.05x as long as a bfloat16 one in eager mode and 1.35x with ``--compile``; at
+``--dim 4096 --heads 32 --layers 4 --batch-size 8 --seq-len 2048 --compile`` it took 0.72x (1.39x the speed).
 """
 
 from __future__ import annotations
