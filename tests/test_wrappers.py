@@ -654,3 +654,27 @@ def test_zero_grad_is_the_original_optimizers_own_method() -> None:
     fabric.backward(model(torch.randn(2, 4)).sum())
     optimizer.zero_grad(set_to_none=False)
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_wrappers_work_with_a_strategy_and_precision_that_only_answer_per_instance() -> None:
+    # Lightning's own tests build the wrappers around `Mock()` strategies: a class that has none of the hooks, an
+    # instance that answers every one. Such hooks count as the strategy's own and are called, never looked up.
+    from unittest.mock import MagicMock, Mock
+
+    module = nn.Linear(2, 2)
+    strategy = MagicMock()
+    strategy.precision.convert_input.side_effect = lambda data: data
+    strategy.precision.convert_output.side_effect = lambda data: data
+    wrapped = FabricModule(module, strategy)
+    x = torch.ones(1, 2)
+    assert torch.equal(wrapped(x), module(x)) and wrapped.module is module
+    strategy.precision.convert_input.assert_called_once()
+    strategy.precision.forward_context.assert_called_once()
+
+    optimizer = Mock(spec=torch.optim.SGD)  # presents itself as an SGD
+    stepping = Mock(spec=["optimizer_step"])  # a strategy with `optimizer_step` and nothing else
+    stepping.optimizer_step.return_value = 123
+    fabric_optimizer = FabricOptimizer(optimizer, stepping)
+    assert type(fabric_optimizer).__name__ == "FabricSGD" and isinstance(fabric_optimizer, torch.optim.SGD)
+    assert fabric_optimizer.step() == 123
+    stepping.optimizer_step.assert_called_once_with(optimizer)

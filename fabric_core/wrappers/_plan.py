@@ -39,7 +39,8 @@ def overrides(obj: object, base: type, *names: str, count_plain: bool = False) -
     if not count_plain and isinstance(obj, FloatCastPrecision):
         plain = obj.conversions.plain_hooks
     return any(
-        (name in instance_attrs or getattr(cls, name) is not getattr(base, name))
+        # A class without the method (a `Mock` standing in for a strategy) answers it per instance: overridden.
+        (name in instance_attrs or getattr(cls, name, None) is not getattr(base, name))
         and not (name in plain and name not in instance_attrs)
         for name in names
     )
@@ -90,7 +91,9 @@ def _own_hook(precision: Precision, name: str) -> Callable[..., Any] | None:
     if name in getattr(precision, "__dict__", {}):
         hook: Callable[..., Any] = getattr(precision, name)
         return hook
-    implementation = getattr(type(precision), name)
+    implementation = getattr(type(precision), name, None)
+    if implementation is None:  # provided per instance only (a `Mock` precision): call what the instance has
+        return getattr(precision, name)  # type: ignore[no-any-return]
     if implementation is getattr(Precision, name) or implementation is getattr(FloatCastPrecision, name):
         return None
     hook = getattr(precision, name)

@@ -139,14 +139,14 @@ class FabricModule(Module):
             restore_forward()
             return getattr(original, name)(*args, **kwargs)
 
-        def call_through_forward(*args: Any, **kwargs: Any) -> Any:
+        def call_forward_module(*args: Any, **kwargs: Any) -> Any:
             original.__dict__["forward"] = method_as_forward
             try:
                 return self.forward(*args, **kwargs)
             finally:
                 restore_forward()
 
-        return call_through_forward
+        return call_forward_module
 
     def _refuse_submodule_calls(self, method: Callable[..., Any], name: str) -> Callable[..., Any]:
         """Wrap a method of the original module so that it fails if it runs any submodule."""

@@ -9,7 +9,7 @@ from torch.optim import Optimizer
 
 from fabric_core._signature import hooks
 from fabric_core.strategies.strategy import Strategy
-from fabric_core.wrappers._plan import step_plan
+from fabric_core.wrappers._plan import overrides, step_plan
 
 __all__ = ["FabricOptimizer"]
 
@@ -45,7 +45,8 @@ class FabricOptimizer(Optimizer):
     def __init__(self, optimizer: Optimizer, strategy: Strategy, callbacks: list[Any] | None = None) -> None:
         # Optimizer.__init__ is not called: the attributes are the original's.
         self.__dict__ = {k: v for k, v in optimizer.__dict__.items() if k not in self._NOT_COPIED}
-        self.__class__ = _fabric_optimizer_class(type(optimizer))
+        # `__class__`, not `type()`: what the optimizer presents itself as (a `Mock(spec=SGD)` is an SGD too).
+        self.__class__ = _fabric_optimizer_class(optimizer.__class__)
         self._optimizer = optimizer
         self._strategy = strategy
         kwargs = {"strategy": strategy, "optimizer": optimizer}
@@ -53,7 +54,8 @@ class FabricOptimizer(Optimizer):
             (hook, {k: v for k, v in kwargs.items() if keywords is None or k in keywords})
             for hook, keywords in hooks(callbacks or (), "on_after_optimizer_step")
         ]
-        self._plain_step = step_plan(strategy).plain_step
+        # A strategy that replaces `optimizer_step` is simply called; only the stock one asks its precision.
+        self._plain_step = not overrides(strategy, Strategy, "optimizer_step") and step_plan(strategy).plain_step
         # `zero_grad` only ever delegates: the original's bound method, as an instance attribute, answers the
         # call without a wrapper frame (a quarter of a microsecond per step).
         self.zero_grad = optimizer.zero_grad  # type: ignore[method-assign]

@@ -43,8 +43,12 @@ def needed(wrapped: DistributedDataParallel) -> bool:
 
 
 def install(wrapped: DistributedDataParallel) -> None:
-    """Reduce the first backward of ``wrapped`` in the layout of its rebuilt buckets (when it matters)."""
-    if needed(wrapped):
+    """Reduce the first backward of ``wrapped`` in the layout of its rebuilt buckets (when it matters).
+
+    Only a ``DistributedDataParallel`` has the reducer this relies on: an object standing in for one (a test's
+    mock of the class) is left as it is.
+    """
+    if isinstance(wrapped, DistributedDataParallel) and needed(wrapped):
         _FirstBackwardInRebuiltLayout(wrapped)
 
 

@@ -66,7 +66,7 @@ class DDPStrategy(ParallelStrategy):
     def setup_module(self, module: Module) -> DistributedDataParallel:
         """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here."""
         device_ids = None if self.root_device.type == "cpu" else [self.root_device.index]
-        wrapped = DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
+        wrapped = DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
         _stable_buckets.install(wrapped)  # resuming from a checkpoint adds the gradients in the same order
         self._wrapped.append(weakref.ref(wrapped))
         return wrapped
