@@ -25,6 +25,7 @@ if [ "${1:-}" = "--prepare" ]; then
     mkdir -p "$WHEELS" && rm -f "$WHEELS"/fabric_core*.whl
     python -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS" . \
         plugins/fabric-core-cuda plugins/fabric-core-ddp plugins/fabric-core-fsdp plugins/fabric-core-bitsandbytes || exit 1
+    rm -rf build plugins/*/build  # setuptools' build trees, left in the sources
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
         --platform any -d "$WHEELS" structlog==26.1.0 bitsandbytes==0.50.2 torchao==0.17.0 || exit 1
