@@ -82,10 +82,15 @@ def merge(answer: str | Spec, options: dict[str, Any]) -> tuple[str, dict[str, A
     return name, {**extra, **options}
 
 
+#: Arguments whose wrong type Lightning reports as "You selected an invalid <arg> name".
+_NAMED: Final = frozenset({"accelerator", "strategy"})
+
+
 def check_type(arg: str, value: Any, base: type, what: str) -> None:
     if not isinstance(value, (str, Spec, base)):
+        lightning = f"You selected an invalid {arg} name: `{arg}={value!r}`. " if arg in _NAMED else ""
         raise InvalidConfigError(
-            f"`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "
+            f"{lightning}`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "
             f"not {type(value).__name__}. Run `fabric-core list-plugins` to see the names.",
             argument=arg,
             value=value,

@@ -37,6 +37,8 @@ __all__ = [
 
 #: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
 CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
+#: Set by Lightning's own ``fabric run``: a program it started (in zero-edit mode) gets Lightning's CLI rules.
+LIGHTNING_CLI_ENV: Final = "LT_CLI_USED"
 #: Set by ``fabric-core run`` to its own PID; every worker's parent is that process.
 LAUNCHER_PID_ENV: Final = "FABRIC_CORE_LAUNCHER_PID"
 #: How often the fallback watcher looks at the parent.
@@ -46,12 +48,16 @@ WATCH_SECONDS: Final = 0.5
 def launched_by_cli() -> bool:
     """Whether ``fabric-core run`` started this process (``FABRIC_CORE_CLI_USED=1``), so ``Fabric()`` joins it.
 
+    Lightning's ``fabric run`` (``LT_CLI_USED=1``) counts too: then ``launch()`` and an overridden ``run()`` are
+    refused as Lightning refuses them.
+
     Raises:
         InvalidConfigError: ``FABRIC_CORE_CLI_USED=1`` in a process that no ``fabric-core run`` started (the
             variable leaked into a shell): joining would wait for processes that do not exist, forever.
     """
     if os.environ.get(CLI_ENV) != "1":
-        return False
+        # Lightning's launcher leaves nothing to verify (it records no PID): it is believed, as Lightning does.
+        return os.environ.get(LIGHTNING_CLI_ENV) == "1"
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     if launcher != str(os.getppid()):
         from fabric_core.errors import InvalidConfigError

@@ -96,10 +96,11 @@ def _convert_precision_to_unified_args(precision: _PRECISION_INPUT | None) -> _P
 
 
 def _is_using_cli() -> bool:
-    """Whether ``fabric-core run`` started this process (it sets ``FABRIC_CORE_CLI_USED=1``)."""
-    from fabric_core._run_worker import CLI_ENV
+    """Whether ``fabric-core run`` (``FABRIC_CORE_CLI_USED=1``) or Lightning's ``fabric run`` (``LT_CLI_USED=1``)
+    started this process."""
+    from fabric_core._run_worker import CLI_ENV, LIGHTNING_CLI_ENV
 
-    return bool(int(os.environ.get(CLI_ENV, "0")))
+    return os.environ.get(CLI_ENV) == "1" or os.environ.get(LIGHTNING_CLI_ENV) == "1"
 
 
 __getattr__ = reexports(

@@ -199,6 +199,9 @@ class UnknownNameError(FabricCoreError, ValueError):
         self.hint = install_hint(kind, name)
         call = self.argument.replace("...", repr(name))
         lines = [f"`{call}`: no installed plugin provides the {kind} {name!r}."]
+        if kind in ("accelerator", "strategy") and self.argument == f"Fabric({kind}=...)":
+            # Lightning's wording, which its users (and its own tests) look for, then ours.
+            lines.insert(0, f"You selected an invalid {kind} name: `{kind}={name!r}`.")
         if not self.suggestions and self.hint is None:
             # A typo of a name whose plugin is not installed: suggest it together with its install command.
             known = [n for k, n in FIRST_PARTY_HINTS if k == kind and n not in self.choices]

@@ -61,3 +61,20 @@ def test_a_python_int_beyond_int32_is_a_clear_error_and_a_runtime_error() -> Non
     with pytest.raises(NumberOverflowError, match=r"The Python int 1099511627776 does not fit .* int32") as error:
         fabric_core.Fabric(accelerator="cpu", devices=1).all_gather({"step": 2**40})
     assert isinstance(error.value, RuntimeError)
+
+
+@pytest.mark.parametrize("library", [lightning_fabric, fabric_core], ids=["lightning", "fabric-core"])
+def test_a_program_started_by_lightnings_cli_may_neither_launch_nor_override_run(
+    library: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lightning's `fabric run` sets LT_CLI_USED=1: a program run in zero-edit mode that way meets its rules.
+    monkeypatch.setenv("LT_CLI_USED", "1")
+    with pytest.raises(RuntimeError, match=r"Calling\s+`.launch\(\)` again is not allowed"):
+        library.Fabric(accelerator="cpu", devices=1).launch()
+
+    class Overridden(library.Fabric):  # type: ignore[misc,name-defined]
+        def run(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match=r"Overriding `Fabric.run\(\)` and launching from the CLI is not allowed"):
+        Overridden(accelerator="cpu", devices=1)

@@ -455,7 +455,8 @@ def test_convert_precision_to_unified_args(precision: Any) -> None:
 def test_is_using_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     theirs, ours = both("connector")
     assert ours._is_using_cli() is theirs._is_using_cli() is False
-    monkeypatch.setenv("LT_CLI_USED", "1")
+    monkeypatch.setenv("LT_CLI_USED", "1")  # Lightning's own `fabric run` counts for both
+    assert ours._is_using_cli() is theirs._is_using_cli() is True
     monkeypatch.setenv("FABRIC_CORE_CLI_USED", "1")
     assert ours._is_using_cli() is theirs._is_using_cli() is True
 

@@ -8,7 +8,7 @@ import torch
 from torch.amp import GradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import mixed_conversions, supported
+from fabric_core.precision.float_cast import mixed_conversions
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["MixedPrecision"]
@@ -33,10 +33,18 @@ class MixedPrecision(LossScaling):
     """
 
     def __init__(self, precision: str, device: str | torch.device, scaler: GradScaler | None = None) -> None:
-        dtype = supported(_DTYPES, precision, f"`MixedPrecision(precision={precision!r})`")
+        if precision not in _DTYPES:  # in Lightning's words, which its users' code matches
+            raise InvalidConfigError(
+                f"Passed `MixedPrecision(precision={precision!r})`. Precision must be '16-mixed' or 'bf16-mixed'"
+                " (Valid choices: '16-mixed', 'bf16-mixed').",
+                argument="precision",
+                value=precision,
+            )
+        dtype = _DTYPES[precision]
         if scaler is not None and precision == "bf16-mixed":
             raise InvalidConfigError(
-                f"`MixedPrecision(precision='bf16-mixed', scaler={scaler!r})`: bf16 needs no loss scaling. "
+                f"`MixedPrecision(precision='bf16-mixed', scaler={scaler!r})`: `precision='bf16-mixed'` does not use a"
+                f" scaler, found {scaler!r}; bf16 needs no loss scaling. "
                 "Pass `scaler=None`, or use `precision='16-mixed'` to train with a scaler.",
                 argument="scaler",
                 value=scaler,

@@ -141,8 +141,22 @@ def _construct(**kwargs: Any) -> Callable[[Any, Path], Any]:
 
 
 CONSTRUCTION = [
-    Case("bad-accelerator", _construct(accelerator="nope"), phrase=r"accelerator"),
-    Case("bad-strategy", _construct(accelerator="cpu", strategy="nope"), phrase=r"strateg"),
+    Case(
+        "bad-accelerator",
+        _construct(accelerator="nope"),
+        phrase=r"You selected an invalid accelerator name: `accelerator='nope'`",
+    ),
+    Case(
+        "bad-strategy",
+        _construct(accelerator="cpu", strategy="nope"),
+        phrase=r"You selected an invalid strategy name: `strategy='nope'`",
+    ),
+    Case(
+        "bad-strategy-type",
+        _construct(accelerator="cpu", strategy=object()),
+        phrase=r"You selected an invalid strategy name: `strategy=<object object",
+    ),
+    Case("bad-accelerator-type", _construct(accelerator=1.5), phrase=r"You selected an invalid accelerator name"),
     Case("bad-precision", _construct(accelerator="cpu", precision="nope"), phrase=r"precision"),
     Case("bad-precision-int", _construct(accelerator="cpu", precision=15), phrase=r"precision"),
     Case("bad-devices-string", _construct(accelerator="cpu", devices="two"), phrase=r"devices"),
@@ -157,6 +171,16 @@ CONSTRUCTION = [
         phrase=r"devices|single",
     ),
     Case("bad-plugin-type", _construct(accelerator="cpu", plugins=[object()]), phrase=r"plugin"),
+    Case(
+        "mixed-precision-bad-name",
+        lambda lib, tmp: _sub(lib, "plugins").MixedPrecision("16", "cpu"),
+        phrase=r"Passed `MixedPrecision\(precision='16'\)`. Precision must be '16-mixed' or 'bf16-mixed'",
+    ),
+    Case(
+        "mixed-precision-bf16-with-a-scaler",
+        lambda lib, tmp: _sub(lib, "plugins").MixedPrecision("bf16-mixed", "cpu", scaler=object()),
+        phrase=r"`precision='bf16-mixed'` does not use a scaler, found",
+    ),
 ]
 
 

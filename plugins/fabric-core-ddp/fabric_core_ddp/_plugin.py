@@ -63,8 +63,8 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
         return "ddp_fork" if context.interactive else "ddp"
     if requested == "dp" and context.device_type == "cpu":
         warnings.warn(
-            "`Fabric(strategy='dp')` is not supported on CPUs (torch.nn.DataParallel needs GPUs); using "
-            "`strategy='ddp'` instead.",
+            "`Fabric(strategy='dp')`: torch.nn.DataParallel needs GPUs, so 'dp' is not supported on CPUs, hence "
+            "setting `strategy='ddp'`.",
             FabricCoreWarning,
             stacklevel=2,
         )

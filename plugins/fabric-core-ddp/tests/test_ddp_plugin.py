@@ -97,7 +97,7 @@ def test_auto_on_several_nodes_selects_ddp() -> None:
 
 
 def test_dp_on_cpu_warns_and_becomes_ddp() -> None:
-    with pytest.warns(FabricCoreWarning, match=r"strategy='dp'\)` is not supported on CPUs"):
+    with pytest.warns(FabricCoreWarning, match=r"'dp' is not supported on CPUs, hence setting `strategy='ddp'`"):
         selection = select(manager(), accelerator="cpu", devices=2, strategy="dp")
     assert selection.context.strategy == "ddp"
 
