@@ -8,6 +8,7 @@ in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
@@ -104,6 +105,13 @@ class _AliasFinder:
 
 if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path):
     sys.meta_path.append(_AliasFinder())
+
+# Lightning's package reads this switch when it is imported; a user who set it (for Lightning or for us) asked
+# for the possible-mistake hints to be silenced. Nothing happens unless it is set.
+if os.environ.get("POSSIBLE_USER_WARNINGS", "").lower() in ("0", "off"):
+    from fabric_core.utilities.warnings import disable_possible_user_warnings
+
+    disable_possible_user_warnings()
 
 
 def __getattr__(name: str) -> Any:

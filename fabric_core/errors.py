@@ -281,6 +281,13 @@ class InvalidConfigError(FabricCoreError, ValueError):
         super().__init__(message)
 
 
+class MissingVariableError(InvalidConfigError, KeyError):
+    """A required environment variable is unset; a ``KeyError`` too, as ``os.environ[name]`` raises in Lightning."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # the message as it is, not quoted as a key
+
+
 class ArgumentTypeError(InvalidConfigError, TypeError):
     """An argument of the wrong type; a ``TypeError`` too, as Python and Lightning Fabric raise there."""
 

@@ -471,3 +471,27 @@ def test_a_truncated_file_is_a_checkpoint_error_with_mmap_too(tmp_path: Path) ->
     with pytest.raises(CheckpointError, match="truncated") as info:
         TorchCheckpointIO().load_checkpoint(path, mmap=True)
     assert info.value.reason == "corrupt"
+
+
+def test_a_users_checkpoint_io_receives_its_arguments_by_keyword(tmp_path: Path) -> None:
+    # Lightning's strategies call `save_checkpoint(checkpoint=..., path=..., storage_options=...)`: a CheckpointIO
+    # written against that (keyword-only parameters, or other parameter names in the middle) works here too.
+    from fabric_core import Fabric
+    from fabric_core.io.checkpoint_io import CheckpointIO
+
+    class KeywordsOnly(CheckpointIO):
+        saved: list[tuple[Any, Any]] = []
+
+        def save_checkpoint(self, *, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:  # type: ignore[override]
+            self.saved.append((sorted(checkpoint), Path(path).name))
+
+        def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
+            raise NotImplementedError
+
+        def remove_checkpoint(self, path: Any) -> None:
+            raise NotImplementedError
+
+    io = KeywordsOnly()
+    fabric = Fabric(accelerator="cpu", devices=1, plugins=[io])
+    fabric.save(tmp_path / "state.ckpt", {"step": 3, "note": "x"})
+    assert io.saved == [(["note", "step"], "state.ckpt")]

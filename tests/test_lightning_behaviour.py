@@ -78,3 +78,66 @@ def test_a_program_started_by_lightnings_cli_may_neither_launch_nor_override_run
 
     with pytest.raises(TypeError, match=r"Overriding `Fabric.run\(\)` and launching from the CLI is not allowed"):
         Overridden(accelerator="cpu", devices=1)
+
+
+@pytest.mark.parametrize("library", [lightning_fabric, fabric_core], ids=["lightning", "fabric-core"])
+def test_errors_users_catch_by_their_builtin_type(library: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by running Lightning's own tests_fabric in zero-edit mode: each is caught as Lightning raises it.
+    import importlib
+
+    from torch.utils.data import DataLoader, Sampler
+
+    environments = importlib.import_module(f"{library.__name__}.plugins.environments")
+    for name in ("WORLD_SIZE", "SLURM_NTASKS", "SLURM_JOB_NAME", "SLURM_NODEID", "SLURM_LOCALID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(KeyError):
+        environments.TorchElasticEnvironment().world_size()
+    with pytest.raises(KeyError):
+        environments.SLURMEnvironment().world_size()
+
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(ValueError, match=r"the product \(2 \* 2\) does not match the world size \(8\)"):
+        environments.TorchElasticEnvironment().validate_settings(num_devices=2, num_nodes=2)
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4")
+    monkeypatch.setenv("SLURM_NNODES", "3")
+    with pytest.raises(ValueError, match=r"the number of tasks per node configured .* does not match"):
+        environments.SLURMEnvironment().validate_settings(num_devices=2, num_nodes=3)
+    with pytest.raises(ValueError, match=r"the number of nodes configured in SLURM .* does not match"):
+        environments.SLURMEnvironment().validate_settings(num_devices=4, num_nodes=2)
+
+    data = importlib.import_module(f"{library.__name__}.utilities.data")
+    wrapper = importlib.import_module(f"{library.__name__}.utilities.distributed").DistributedSamplerWrapper
+
+    class Unsized(Sampler[int]):
+        def __iter__(self) -> Any:
+            return iter(range(4))
+
+    with pytest.raises(TypeError):
+        wrapper(Unsized(), num_replicas=2, rank=0)
+
+    class Custom(DataLoader[Any]):
+        def __init__(self, new_arg: int, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+
+    exceptions = importlib.import_module(f"{library.__name__}.utilities.exceptions")
+    with pytest.raises(exceptions.MisconfigurationException, match="The missing attributes are \\['new_arg'\\]"):
+        data._update_dataloader(Custom(1, range(4)), wrapper(range(4), num_replicas=1, rank=0))
+
+
+@pytest.mark.parametrize("library", ["lightning_fabric", "fabric_core"])
+def test_possible_user_warnings_off_in_the_environment_silences_them(library: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # Lightning's package applies the switch when it is imported; so does fabric-core's.
+    script = (
+        f"import warnings, {library}\n"
+        f"from {library}.utilities.warnings import PossibleUserWarning\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.warn('hint', PossibleUserWarning)\n"
+        "print(len(caught))\n"
+    )
+    env = {**os.environ, "POSSIBLE_USER_WARNINGS": "off"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "0", done.stderr[-2000:]

@@ -8,7 +8,7 @@ import re
 import socket
 from typing import Final
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import InvalidConfigError, MissingVariableError
 
 __all__ = [
     "check_address",
@@ -34,11 +34,11 @@ def read_str(name: str) -> str:
     """Return the environment variable ``name``.
 
     Raises:
-        InvalidConfigError: The variable is unset.
+        MissingVariableError: The variable is unset (an ``InvalidConfigError`` and a ``KeyError``).
     """
     value = os.environ.get(name)
     if value is None:
-        raise InvalidConfigError(
+        raise MissingVariableError(
             f"The environment variable {name} is not set, but the cluster environment needs it. "
             "Was this process started by the scheduler it was detected for?",
             argument=name,
@@ -207,8 +207,9 @@ def check_world_size(scheduler: str, world_size: int, num_devices: int, num_node
     if num_devices * num_nodes != world_size:
         raise InvalidConfigError(
             f"`Fabric(devices={num_devices}, num_nodes={num_nodes})` asks for {num_devices * num_nodes} "
-            f"processes, but {scheduler} started {world_size}. Make devices * num_nodes equal the number "
-            f"of processes {scheduler} starts.",
+            f"processes, but {scheduler} started {world_size}: the product ({num_devices} * {num_nodes}) does not "
+            f"match the world size ({world_size}). Make devices * num_nodes equal the number of processes "
+            f"{scheduler} starts.",
             argument="devices",
             value=num_devices,
         )

@@ -8,12 +8,15 @@ here once.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import ClassVar
 
 from fabric_core.environments._env import check_world_size, read_int, read_str
 from fabric_core.environments.environment import ClusterEnvironment
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RankVariables", "ScheduledEnvironment", "Variable"]
 
@@ -120,6 +123,7 @@ class ScheduledEnvironment(ClusterEnvironment):
 
     def set_world_size(self, size: int) -> None:
         """Ignored: the scheduler's world size is authoritative (:meth:`validate_settings` checks it)."""
+        log.debug(f"{type(self).__name__}.set_world_size was called, but setting world size is not allowed. Ignored.")
 
     def global_rank(self) -> int:
         """The declared global-rank variable."""
@@ -127,6 +131,7 @@ class ScheduledEnvironment(ClusterEnvironment):
 
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the scheduler's rank is authoritative."""
+        log.debug(f"{type(self).__name__}.set_global_rank was called, but setting global rank is not allowed. Ignored.")
 
     def local_rank(self) -> int:
         """The declared local-rank variable (or its fixed value)."""

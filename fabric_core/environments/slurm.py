@@ -138,9 +138,10 @@ def _check_job_option(argument: str, value: int, option: str, variable: str) -> 
     exported = os.environ.get(variable)
     # SLURM writes e.g. "2(x3)" when it repeats a count over nodes; the count is what matters.
     if exported is not None and _leading_int(exported) != value:
+        what = {"nodes": "number of nodes", "ntasks-per-node": "number of tasks per node"}.get(option, option)
         raise InvalidConfigError(
-            f"`Fabric({argument}={value})` does not match the SLURM job's `--{option}={exported}`. "
-            f"Set `{argument}={_leading_int(exported)}`, or change the job.",
+            f"`Fabric({argument}={value})`: the {what} configured in SLURM `--{option}={exported}` does not match."
+            f" Set `{argument}={_leading_int(exported)}`, or change the job.",
             argument=argument,
             value=value,
         )

@@ -352,7 +352,8 @@ class Strategy(ABC):
         """Write ``state`` to ``path``: only global rank 0 writes."""
         checkpoint = self.state_to_save(state, filter)
         if self.is_global_zero:
-            self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            # By keyword, as Lightning calls it: a user's CheckpointIO may name its parameters only.
+            self.checkpoint_io.save_checkpoint(checkpoint=checkpoint, path=path, storage_options=storage_options)
 
     def load_checkpoint(
         self,

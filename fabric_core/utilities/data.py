@@ -27,7 +27,7 @@ from torch.utils.data import (
 )
 
 from fabric_core._deferred import lightning_reexports
-from fabric_core.errors import FabricCoreWarning, InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConfigError
 
 # Lightning's names for recording a loader's constructor arguments, at its path (the explicit `as` re-exports).
 from fabric_core.utilities._saved_args import _reinstantiate_wrapped_cls as _reinstantiate_wrapped_cls
@@ -54,6 +54,10 @@ __all__ = [
 
 # Arguments that describe how batches are drawn; ``replace_sampler`` decides them, never the old loader.
 _SAMPLING_ARGUMENTS = frozenset({"sampler", "batch_sampler", "shuffle", "batch_size", "drop_last"})
+
+
+class _LoaderNotRecreatable(InvalidConfigError, MisconfigurationException):
+    """A ``DataLoader`` subclass that cannot be built again with a new sampler (Lightning raises the latter)."""
 
 
 class _SamplerIndices(Dataset[Any]):
@@ -91,8 +95,11 @@ class DistributedSamplerWrapper(DistributedSampler[Any]):
 
     def __init__(self, sampler: Sampler[Any], *args: Any, **kwargs: Any) -> None:
         if not isinstance(sampler, Sized):
-            raise InvalidConfigError(
-                f"`DistributedSamplerWrapper` needs a sampler with a length; {type(sampler).__name__} has none.",
+            raise ArgumentTypeError(  # a TypeError too, as in Lightning
+                "You seem to have configured a sampler in your DataLoader which does not provide `__len__` method: "
+                f"`DistributedSamplerWrapper` needs a sampler with a length; {type(sampler).__name__} has none. "
+                "Give the sampler a `__len__`, or pass `use_distributed_sampler=False` to `setup_dataloaders` "
+                "and split the data across processes yourself.",
                 argument="sampler",
                 value=sampler,
             )
@@ -289,8 +296,9 @@ def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
         elif parameters.get(name) is not None and parameters[name].default is inspect.Parameter.empty:
             missing.append(name)
     if missing:
-        raise InvalidConfigError(
-            f"Cannot re-create `{loader_cls.__name__}` with a new sampler: its constructor requires "
+        raise _LoaderNotRecreatable(
+            f"Trying to inject custom `Sampler` into the `{loader_cls.__name__}` instance. The missing attributes"
+            f" are {missing}. Cannot re-create `{loader_cls.__name__}` with a new sampler: its constructor requires "
             f"{', '.join(repr(m) for m in missing)}, which the loader does not keep as attributes of the "
             "same name. Store each constructor argument as `self.<name>` in its `__init__`, or pass a "
             "`DataLoader` that already has the sampler you want.",
