@@ -252,21 +252,34 @@ class TensorBoardLogger(Logger):
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Trace ``model`` on ``input_array`` (default: ``model.example_input_array``) and write its graph.
 
+        A missing or untraceable input is a warning, never an error: a graph is a nicety that must not end a run.
+
         Args:
-            model: The module to trace.
-            input_array: An example input, a tensor or a tuple of tensors.
+            model: The module to trace (a module ``fabric.setup`` returned is traced as the module inside).
+            input_array: An example input, a tensor or a tuple of tensors (the positional arguments).
         """
+        from fabric_core.wrappers.unwrap import unwrap_objects
+
         if input_array is None:
             input_array = getattr(model, "example_input_array", None)
+        problem = None
         if input_array is None:
+            problem = (
+                "The `model.example_input_array` attribute is not set or `input_array` was not given. Pass "
+                "`input_array=` or set `model.example_input_array`."
+            )
+        elif not isinstance(input_array, (torch.Tensor, tuple)):
+            problem = (
+                f"The `input_array` or `model.example_input_array` has type {type(input_array)} which can't be"
+                " traced by TensorBoard. Make it a tensor, or a tuple of the positional arguments of `forward()`."
+            )
+        if problem is not None:
+            # Lightning's words: what its users' filters and tests look for.
             warnings.warn(
-                "TensorBoardLogger.log_graph: no graph written because there is no example input. Pass "
-                "`input_array=` or set `model.example_input_array`.",
-                FabricCoreWarning,
-                stacklevel=3,
+                f"Could not log computational graph to TensorBoard: {problem}", FabricCoreWarning, stacklevel=3
             )
             return
-        self.experiment.add_graph(model, input_array)
+        self.experiment.add_graph(unwrap_objects(model), input_array)
 
     @rank_zero_only
     def save(self) -> None:

@@ -282,10 +282,33 @@ def test_log_graph_uses_example_input_array(tmp_path: Path) -> None:
 
 def test_log_graph_without_input_warns_and_writes_nothing(tmp_path: Path) -> None:
     logger = TensorBoardLogger(tmp_path)
-    with pytest.warns(FabricCoreWarning, match="input_array") as record:
+    with pytest.warns(
+        FabricCoreWarning, match="Could not log computational graph to TensorBoard: .*input_array"
+    ) as record:
         logger.log_graph(torch.nn.Linear(2, 1))
     assert record[0].filename == __file__
     assert list(tmp_path.iterdir()) == []
+
+
+def test_log_graph_of_an_untraceable_input_warns_instead_of_ending_the_run(tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 1)
+    model.example_input_array = {"x": torch.zeros(1, 2)}  # a dict: not positional arguments
+    logger = TensorBoardLogger(tmp_path)
+    with pytest.warns(FabricCoreWarning, match="can't be traced by TensorBoard"):
+        logger.log_graph(model)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
+def test_log_graph_of_a_set_up_module_traces_the_module_inside(tmp_path: Path) -> None:
+    from fabric_core import Fabric
+
+    model = Fabric(accelerator="cpu", devices=1).setup_module(torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_graph(model, torch.zeros(1, 3))
+    logger.finalize("success")
+    names = [node.name for node in _events(logger.log_dir).Graph().node]
+    assert names and not any("_forward_module" in name for name in names), names
 
 
 def test_save_flushes_to_disk(tmp_path: Path) -> None:
