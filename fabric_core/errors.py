@@ -288,6 +288,18 @@ class MissingVariableError(InvalidConfigError, KeyError):
         return str(self.args[0]) if self.args else ""  # the message as it is, not quoted as a key
 
 
+class MissingPackageError(InvalidConfigError, ModuleNotFoundError):
+    """A choice that needs a package which is not installed; a ``ModuleNotFoundError`` too, as in Lightning.
+
+    Attributes:
+        name: The missing package's import name (``ModuleNotFoundError.name``).
+    """
+
+    def __init__(self, message: str, *, package: str, argument: str | None = None, value: object = None) -> None:
+        super().__init__(message, argument=argument, value=value)
+        self.name = package
+
+
 class ArgumentTypeError(InvalidConfigError, TypeError):
     """An argument of the wrong type; a ``TypeError`` too, as Python and Lightning Fabric raise there."""
 

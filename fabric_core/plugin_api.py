@@ -40,7 +40,8 @@ nothing would run them), pluggy's call tracing and monitoring (``add_hookcall_mo
 way, one plugin at a time, so a registration that raises fails its plugin only.
 
 Errors a plugin raises: :class:`InvalidConfigError` (a bad combination or option; also a ``ValueError``),
-:class:`ArgumentTypeError` (a value of the wrong type; also a ``TypeError``),
+:class:`ArgumentTypeError` (a value of the wrong type; also a ``TypeError``), :class:`MissingPackageError`
+(a choice whose package is not installed; also a ``ModuleNotFoundError``),
 :class:`AcceleratorUnavailableError` and :class:`EnvironmentSetupError` (also ``RuntimeError``\\ s). All
 derive from :class:`FabricCoreError`; warnings derive from :class:`FabricCoreWarning`.
 """
@@ -60,6 +61,7 @@ from fabric_core.errors import (
     FabricCoreError,
     FabricCoreWarning,
     InvalidConfigError,
+    MissingPackageError,
     PluginWarning,
     PossibleUserWarning,
     UnknownNameError,
@@ -81,6 +83,7 @@ __all__ = [
     "FabricCoreError",
     "FabricCoreWarning",
     "InvalidConfigError",
+    "MissingPackageError",
     "ModuleDeclaration",
     "ModuleRegistry",
     "PluginWarning",

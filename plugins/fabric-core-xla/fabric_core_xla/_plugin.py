@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import InvalidConfigError, hookimpl
+from fabric_core.plugin_api import InvalidConfigError, MissingPackageError, hookimpl
 from fabric_core_xla._names import PRECISIONS, STRATEGIES, TPU_PATHS, precision_entry
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
     from fabric_core_xla import device
 
     if device.num_xla_devices() == 0 and not device.xla_installed():
-        raise InvalidConfigError(
+        raise MissingPackageError(
             f"`Fabric(accelerator={requested!r})` needs torch_xla, which is not installed. {device.INSTALL_HINT}",
+            package="torch_xla",
             argument="accelerator",
             value=requested,
         )

@@ -211,8 +211,12 @@ def test_multi_process_xla_on_one_device_is_refused(tpus: Callable[[int], None],
 
 @pytest.mark.parametrize("name", ["tpu", "xla"])
 def test_tpu_without_torch_xla_says_how_to_install_it(name: str) -> None:
-    with pytest.raises(InvalidConfigError, match=r"needs torch_xla, which is not installed.*pip install torch_xla"):
+    with pytest.raises(
+        InvalidConfigError, match=r"needs torch_xla, which is not installed.*pip install torch_xla"
+    ) as err:
         choose(accelerator=name)
+    # Also what Lightning raises, for code that catches a missing package as such.
+    assert isinstance(err.value, ModuleNotFoundError) and err.value.name == "torch_xla"
 
 
 def test_tpu_with_torch_xla_but_no_device_names_what_is_available(
