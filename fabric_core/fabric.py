@@ -111,6 +111,7 @@ class Fabric(Checkpoints):
         self._log_hooks: list[tuple[Callable[..., Any], frozenset[str] | None]] | None = None
         self._cluster_environment: Any = components.cluster_environment  # kept for one process too (SLURM requeue)
         self._launched = False
+        self._models_setup = 0  # models `setup`/`setup_module` wrapped: Lightning's counter, kept for its users
         # Decided by the step plan, made with the wrappers in `setup` (after `launch()`: a precision may ask the
         # device about its dtype only then). Until a model is set up, backward takes the general path.
         self._plain_backward = False
@@ -241,6 +242,7 @@ class Fabric(Checkpoints):
         if compiled is not None:
             module = wrappers.recompile(module, compiled)
         model = FabricModule(module, self._strategy, original_module=original)
+        self._models_setup += 1
         plan = wrappers.step_plan(self._strategy)
         # When neither the strategy nor the precision changes backward, it is `loss.backward()`; direct when no
         # guard on the model outputs needs `fabric.backward` announced first.

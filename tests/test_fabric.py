@@ -746,3 +746,12 @@ def test_seed_everything_seeds_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     first = torch.rand(3)
     Fabric.seed_everything(7)
     assert torch.equal(first, torch.rand(3))
+
+
+def test_the_models_set_up_are_counted_as_lightning_counts_them() -> None:
+    fabric = Fabric(accelerator="cpu", devices=1)
+    model = torch.nn.Linear(1, 2)
+    assert fabric._models_setup == 0
+    fabric.setup(model, torch.optim.Adam(model.parameters()))
+    fabric.setup_module(model)
+    assert fabric._models_setup == 2

@@ -521,3 +521,10 @@ def test_the_hooks_of_a_float_cast_precision_do_what_its_conversions_declare(
     assert autocasting is (expected.autocast is not None)
     assert created == (expected.forward_dtype or torch.float32)
     assert plan_of(plugin).plain_forward is (expected == Conversions())
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-true", torch.bfloat16), ("16-true", torch.float16)])
+def test_half_precision_names_its_input_dtype_as_lightning_does(precision: str, dtype: torch.dtype) -> None:
+    from fabric_core.precision.half import HalfPrecision
+
+    assert HalfPrecision(precision)._desired_input_dtype is dtype

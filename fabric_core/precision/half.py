@@ -30,4 +30,5 @@ class HalfPrecision(FloatCastPrecision):
         dtype = supported(_DTYPES, precision, f"`HalfPrecision(precision={precision!r})`")
         self.precision = precision
         self.dtype: Final = dtype
+        self._desired_input_dtype: Final = dtype  # Lightning's name for the same dtype
         self._conversions = true_conversions(dtype)
