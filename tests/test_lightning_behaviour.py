@@ -141,3 +141,26 @@ def test_possible_user_warnings_off_in_the_environment_silences_them(library: st
     env = {**os.environ, "POSSIBLE_USER_WARNINGS": "off"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "0", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("library", [lightning_fabric, fabric_core], ids=["lightning", "fabric-core"])
+def test_lsf_names_what_is_missing_in_lightnings_words(
+    library: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import importlib
+
+    lsf = importlib.import_module(f"{library.__name__}.plugins.environments").LSFEnvironment
+    for name in ("LSB_DJOB_RANKFILE", "LSB_JOBID", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LSB_JOBID", "1234")
+    with pytest.raises(ValueError, match="Did not find the environment variable `LSB_DJOB_RANKFILE`"):
+        lsf()
+    monkeypatch.setenv("LSB_DJOB_RANKFILE", "")
+    with pytest.raises(ValueError, match="The environment variable `LSB_DJOB_RANKFILE` is empty"):
+        lsf()
+    rankfile = tmp_path / "ranks"
+    rankfile.write_text("launch\nnode1\nnode1\n")
+    monkeypatch.setenv("LSB_DJOB_RANKFILE", str(rankfile))
+    monkeypatch.delenv("LSB_JOBID")
+    with pytest.raises(ValueError, match="Could not find job id in environment variable LSB_JOBID"):
+        lsf()

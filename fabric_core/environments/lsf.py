@@ -8,7 +8,7 @@ from typing import Final
 
 from fabric_core.environments._env import read_int, topology_of_hosts
 from fabric_core.environments._scheduled import RankVariables, ScheduledEnvironment, Variable
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import InvalidConfigError, MissingVariableError
 
 __all__ = ["LSFEnvironment"]
 
@@ -50,6 +50,12 @@ class LSFEnvironment(ScheduledEnvironment):
 
     def fallback_port(self) -> int:
         """10000 + ``LSB_JOBID % 1000``."""
+        if "LSB_JOBID" not in os.environ:
+            raise MissingVariableError(
+                "Could not find job id in environment variable LSB_JOBID: the LSF environment derives the port from"
+                " it. Set MASTER_PORT, or run under an LSF job.",
+                argument="LSB_JOBID",
+            )
         return _PORT_BASE + read_int("LSB_JOBID") % 1000
 
     @staticmethod
@@ -84,11 +90,17 @@ class LSFEnvironment(ScheduledEnvironment):
             InvalidConfigError: ``LSB_DJOB_RANKFILE`` is unset, unreadable, or lists no compute host.
         """
         if self._hosts is None:
-            path = os.environ.get("LSB_DJOB_RANKFILE", "")
-            if not path:
+            path = os.environ.get("LSB_DJOB_RANKFILE")
+            if not path:  # in Lightning's words, which tell the two cases apart
+                problem = (
+                    "Did not find the environment variable `LSB_DJOB_RANKFILE`"
+                    if path is None
+                    else "The environment variable `LSB_DJOB_RANKFILE` is empty"
+                )
                 raise InvalidConfigError(
-                    "LSB_DJOB_RANKFILE is not set or empty; the LSF environment needs jsrun's rank file.",
+                    f"{problem}: the LSF environment needs jsrun's rank file.",
                     argument="LSB_DJOB_RANKFILE",
+                    value=path,
                 )
             try:
                 with open(path, encoding="utf-8") as file:
