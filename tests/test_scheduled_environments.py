@@ -78,3 +78,19 @@ def test_an_exported_address_and_port_win_over_the_fallback(monkeypatch: pytest.
     monkeypatch.setenv("MASTER_PORT", "port")
     with pytest.raises(InvalidConfigError, match="MASTER_PORT='port' is not an integer"):
         _ = environment.main_port
+
+
+def test_setting_a_schedulers_rank_or_size_is_ignored_with_a_debug_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "1")
+    environment = TorchElasticEnvironment()
+    with caplog.at_level(logging.DEBUG, logger="fabric_core.environments"):
+        environment.set_world_size(8)
+        environment.set_global_rank(3)
+    assert (environment.world_size(), environment.global_rank()) == (4, 1)
+    assert "TorchElasticEnvironment.set_world_size was called, but setting world size is not allowed" in caplog.text
+    assert "TorchElasticEnvironment.set_global_rank was called, but setting global rank is not allowed" in caplog.text

@@ -123,7 +123,7 @@ class ScheduledEnvironment(ClusterEnvironment):
 
     def set_world_size(self, size: int) -> None:
         """Ignored: the scheduler's world size is authoritative (:meth:`validate_settings` checks it)."""
-        log.debug(f"{type(self).__name__}.set_world_size was called, but setting world size is not allowed. Ignored.")
+        log.debug("%s.set_world_size was called, but setting world size is not allowed. Ignored.", type(self).__name__)
 
     def global_rank(self) -> int:
         """The declared global-rank variable."""
@@ -131,7 +131,9 @@ class ScheduledEnvironment(ClusterEnvironment):
 
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the scheduler's rank is authoritative."""
-        log.debug(f"{type(self).__name__}.set_global_rank was called, but setting global rank is not allowed. Ignored.")
+        log.debug(
+            "%s.set_global_rank was called, but setting global rank is not allowed. Ignored.", type(self).__name__
+        )
 
     def local_rank(self) -> int:
         """The declared local-rank variable (or its fixed value)."""

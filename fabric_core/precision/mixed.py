@@ -34,9 +34,10 @@ class MixedPrecision(LossScaling):
 
     def __init__(self, precision: str, device: str | torch.device, scaler: GradScaler | None = None) -> None:
         if precision not in _DTYPES:  # in Lightning's words, which its users' code matches
+            choices = [repr(name) for name in _DTYPES]
             raise InvalidConfigError(
-                f"Passed `MixedPrecision(precision={precision!r})`. Precision must be '16-mixed' or 'bf16-mixed'"
-                " (Valid choices: '16-mixed', 'bf16-mixed').",
+                f"Passed `MixedPrecision(precision={precision!r})`. Precision must be {' or '.join(choices)}"
+                f" (Valid choices: {', '.join(choices)}).",
                 argument="precision",
                 value=precision,
             )
