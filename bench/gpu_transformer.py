@@ -253,18 +253,17 @@ def measure_variant(
     if core is not None and core.monitor is not None:
         metrics = core.monitor.compute()
         result["callback"] = {k: v for k, v in metrics.items() if k.startswith("throughput/")}
-        peak = _peak_flops(device, core.fabric)
+        peak = _peak_flops(device)
         step_seconds = statistics.median(seconds[CORE]) / steps
         result["mfu_by_hand"] = flops / step_seconds / peak if peak else None
         result["peak_flops"] = peak
         result["core_step_ms"] = 1000 * step_seconds
-        result["save"] = None
     result["variant_s"] = time.perf_counter() - started
     result["_runners"] = runners
     return result
 
 
-def _peak_flops(device: torch.device, fabric: Any) -> float | None:
+def _peak_flops(device: torch.device) -> float | None:
     """The datasheet's dense bf16 peak for this card, looked up independently of the callback's table."""
     if device.type != "cuda":
         return None

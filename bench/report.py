@@ -211,7 +211,7 @@ def gpu_section(path: Path) -> list[str]:
         "callback reports (`throughput/device/mfu`, the peak from its table: dense bf16); MFU (by hand) is the",
         "step's FLOPs by formula (6 x tokens x matmul parameters + attention, equal to `measure_flops`:"
         f" {header['flops_per_step_formula'] / 1e12:.2f} TFLOP) over the synchronized step time and the datasheet's",
-        "989.4 TFLOP/s.",
+        f"{bench['results'][0]['peak_flops'] / 1e12:.1f} TFLOP/s.",
         "",
         "| precision | torch.compile | "
         + " | ".join(f"{name} steps/s" for name in frameworks)
