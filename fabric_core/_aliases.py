@@ -7,9 +7,10 @@ really has always wins; only a miss under ``fabric_core.`` reaches it, and it th
 from the default plugin manager (discovery imports no torch and happens once). The alias is the plugin's
 module object itself, so ``fabric_core.strategies.ddp.DDPStrategy is fabric_core_ddp.ddp.DDPStrategy``.
 
-A path that a first-party plugin would provide but that no loaded plugin declares raises
-``ModuleNotFoundError`` that says how to get it: ``pip install`` when the plugin is not installed, or why an
-installed one did not load (blocked, failed).
+A path that a first-party plugin would provide but that no loaded plugin declares still imports, as Lightning's
+modules import without their hardware or package: :mod:`fabric_core._absent` builds it with Lightning's names,
+which report the hardware absent and fail only when used, saying how to get the plugin (``pip install`` when it
+is not installed, or why an installed one did not load: blocked, failed).
 """
 
 from __future__ import annotations
@@ -74,10 +75,9 @@ def _serve_lightning_reexports(module: ModuleType, path: str) -> None:
 
 
 def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> ModuleSpec | None:
-    """The spec for ``fullname`` if a plugin declares it, ``None`` if nothing is known of it.
+    """The spec for ``fullname`` if a plugin declares it (or would, for an absent first-party plugin), else ``None``.
 
     Raises:
-        ModuleNotFoundError: A first-party plugin's path that no loaded plugin declares, with how to get it.
         ImportError: Two plugins declare the path as different modules.
     """
     from fabric_core.errors import FIRST_PARTY_MODULES
@@ -102,10 +102,23 @@ def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> Module
     why = catalog.unavailable.get(dist)
     if why is None and not autoload:
         why = "Plugins are not loaded here (FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD is set)."
-    how = why if why else f"Install it: `pip install {dist}`."
-    raise ModuleNotFoundError(
-        f"No module named {fullname!r}: its classes come from the plugin {dist}. {how}", name=fullname
-    )
+    return ModuleSpec(fullname, cast("Loader", _AbsentLoader(dist, why)), origin=f"absent plugin {dist}")
+
+
+class _AbsentLoader:
+    """Loads a first-party plugin's path while that plugin is absent (:mod:`fabric_core._absent`)."""
+
+    def __init__(self, dist: str, why: str | None) -> None:
+        self.dist = dist
+        self.why = why
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        from fabric_core._absent import absent_module
+
+        return absent_module(spec.name, self.dist, self.why)
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # built complete by create_module
 
 
 def find_spec(fullname: str) -> ModuleSpec | None:

@@ -42,6 +42,21 @@ def _declared_export(package: str, name: str, catalog: Catalog) -> Any:
     return _MISSING
 
 
+def _absent_class(package: str, name: str) -> Any:
+    """The placeholder of Lightning's class ``name`` from a path under ``package`` whose plugin is absent.
+
+    Lightning's packages have their classes whether or not the hardware or package is there
+    (``lightning.fabric.accelerators.TPUAccelerator``); so do ours, as :mod:`fabric_core._absent` builds them.
+    """
+    from fabric_core._absent_names import ABSENT_NAMES
+
+    prefix = f"{package.removeprefix('fabric_core').lstrip('.')}."
+    for path, names in ABSENT_NAMES.items():
+        if path.startswith(prefix.lstrip(".")) and names.get(name, "").startswith("class"):
+            return getattr(importlib.import_module(f"fabric_core.{path}"), name)
+    return _MISSING
+
+
 def class_getattr(
     package: str, kinds: tuple[str, ...], local: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -85,6 +100,9 @@ def class_getattr(
         from fabric_core.errors import FIRST_PARTY_HINTS
 
         dist = FIRST_PARTY_HINTS.get(("class", name.lower()))
+        absent = _absent_class(package, name)
+        if absent is not _MISSING:  # a first-party plugin's class at one of Lightning's paths, plugin absent
+            return absent
         if dist is not None:  # a first-party plugin's class: say how to get it (or why it did not load)
             how = catalog.unavailable.get(dist) or f"Install it: `pip install {dist}`."
             raise AttributeError(

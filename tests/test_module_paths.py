@@ -108,30 +108,59 @@ def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
     assert done.stdout.strip() == "ok", done.stderr
 
 
-def test_blocked_plugin_path_says_blocked_not_install() -> None:
+def test_blocked_plugin_path_imports_and_says_blocked_when_used() -> None:
     code = """
         import fabric_core
+        import fabric_core.strategies.deepspeed as ds
+        print(bool(ds._DEEPSPEED_AVAILABLE), ds.fabric_core_absent_plugin)
         try:
-            import fabric_core.strategies.deepspeed
+            ds.DeepSpeedStrategy(stage=3)
         except ModuleNotFoundError as exc:
-            print(exc.name)
+            print(type(exc).__name__, exc.name)
             print(exc)
         print(hasattr(fabric_core.strategies, "deepspeed"))
     """
     done = run_python(code, {"FABRIC_CORE_BLOCK_PLUGINS": "deepspeed"})
-    name, message, has = done.stdout.strip().splitlines()
-    assert name == "fabric_core.strategies.deepspeed"
+    flag, error, message, has = done.stdout.strip().splitlines()
+    assert flag == "False fabric-core-deepspeed"
+    assert error == "MissingPackageError fabric_core_deepspeed"
+    assert "`DeepSpeedStrategy` comes with the fabric-core plugin fabric-core-deepspeed" in message
     assert "blocked by FABRIC_CORE_BLOCK_PLUGINS" in message and "pip install" not in message
-    assert has == "False"
+    assert has == "True"
 
 
-def test_plugin_not_installed_gives_the_pip_hint() -> None:
+def test_absent_plugin_paths_import_with_lightnings_names_and_fail_only_when_used() -> None:
+    from fabric_core.accelerators.accelerator import Accelerator
+    from fabric_core.errors import MissingPackageError
+    from fabric_core.precision.precision import Precision
+
     catalog = make_manager().catalog  # sees no installed plugin, as on a bare `pip install fabric-core`
-    with pytest.raises(ModuleNotFoundError, match=r"pip install fabric-core-deepspeed") as info:
-        resolve("fabric_core.strategies.deepspeed", catalog)
-    assert info.value.name == "fabric_core.strategies.deepspeed"
-    with pytest.raises(ModuleNotFoundError, match=r"pip install fabric-core-xla"):
-        resolve("fabric_core.plugins.environments.xla", catalog)
+    spec = resolve("fabric_core.accelerators.cuda", catalog)
+    assert spec is not None and spec.loader is not None
+    cuda = spec.loader.create_module(spec)
+    assert cuda.num_cuda_devices() == 0 and cuda.is_cuda_available() is False
+    assert cuda._get_all_visible_cuda_devices() == []
+    assert issubclass(cuda.CUDAAccelerator, Accelerator)
+    assert cuda.CUDAAccelerator.is_available() is False and cuda.CUDAAccelerator.auto_device_count() == 0
+    with pytest.raises(MissingPackageError, match=r"`CUDAAccelerator` comes with .* `pip install fabric-core-cuda`"):
+        cuda.CUDAAccelerator()
+    with pytest.raises(ModuleNotFoundError, match=r"`find_usable_cuda_devices` .*pip install fabric-core-cuda"):
+        cuda.find_usable_cuda_devices(1)
+
+    spec = resolve("fabric_core.plugins.precision.bitsandbytes", catalog)
+    assert spec is not None and spec.loader is not None
+    bnb = spec.loader.create_module(spec)
+    flag = bnb._BITSANDBYTES_AVAILABLE
+    assert not flag and "pip install fabric-core-bitsandbytes" in str(flag)
+
+    class TrainerPrecision(Precision):
+        pass
+
+    class Mine(TrainerPrecision, bnb.BitsandbytesPrecision):  # as lightning.pytorch subclasses it
+        pass
+
+    with pytest.raises(MissingPackageError, match=r"`Mine` comes with the fabric-core plugin fabric-core-bitsandbytes"):
+        Mine()
     assert resolve("fabric_core.strategies.unknown_path", catalog) is None  # the ordinary "No module named"
 
 
@@ -223,7 +252,7 @@ def test_a_failing_declared_module_names_the_plugin(tmp_path: Path, monkeypatch:
         util.module_from_spec(spec)
 
 
-def test_xla_classes_at_lightnings_package_paths_are_lazy_and_hint_without_the_plugin() -> None:
+def test_xla_classes_at_lightnings_package_paths_are_lazy_and_name_the_plugin_when_used_without_it() -> None:
     code = """
         import sys
         import fabric_core.plugins, fabric_core.plugins.environments, fabric_core.plugins.io
@@ -242,13 +271,13 @@ def test_xla_classes_at_lightnings_package_paths_are_lazy_and_hint_without_the_p
                   (fabric_core.strategies, "SingleTPUStrategy"))
         for package, name in wanted:
             try:
-                getattr(package, name)
-            except AttributeError as exc:
+                getattr(package, name)()  # the class exists, as in Lightning without torch_xla; using it fails
+            except ModuleNotFoundError as exc:
                 print(exc)
     """
     done = run_python(code, {"FABRIC_CORE_BLOCK_PLUGINS": "xla"})
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 3, done.stderr
     for line, name in zip(lines, ("XLAEnvironment", "TPUAccelerator", "SingleTPUStrategy")):
-        assert f"has no attribute {name!r}: it comes from the plugin fabric-core-xla" in line
+        assert f"`{name}` comes with the fabric-core plugin fabric-core-xla" in line
         assert "blocked by FABRIC_CORE_BLOCK_PLUGINS" in line

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compat_surface as surface
 import known_differences as known
+import lightning_absent
 import lightning_reexports
 
 
@@ -93,6 +94,13 @@ def test_the_reexport_table_matches_lightning() -> None:
     from fabric_core._lightning_names import REEXPORTS
 
     assert lightning_reexports.table() == REEXPORTS, "run `python tests/compat/lightning_reexports.py --write`"
+
+
+def test_the_absent_plugin_table_matches_lightning() -> None:
+    """``fabric_core/_absent_names.py`` is what ``lightning_absent.py --write`` makes of this Lightning."""
+    from fabric_core._absent_names import ABSENT_NAMES
+
+    assert lightning_absent.table() == ABSENT_NAMES, "run `python tests/compat/lightning_absent.py --write`"
 
 
 @pytest.mark.parametrize("section", ["MODULES", "NAMES", "PARAMS", "DEFAULTS", "POSITIONS", "MODULE_LEVEL"])

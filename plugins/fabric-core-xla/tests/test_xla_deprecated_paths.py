@@ -1,7 +1,8 @@
 """Lightning's deprecated TPU module paths (``fabric_core.accelerators.tpu``...) without the XLA plugin.
 
 With the plugin, tests/compat (case ``tpu-deprecated-paths``) compares the paths, their classes and the
-warnings with Lightning's; here the plugin is blocked or absent, and each path says how to get it.
+warnings with Lightning's; here the plugin is blocked or absent: each path still imports, as Lightning's do
+without torch_xla, and its classes say how to get the plugin when used.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from fabric_core.testing import make_manager
 from fabric_core_xla._names import TPU_PATHS
 
 
-def test_every_deprecated_path_asks_for_the_plugin_when_it_is_not_installed() -> None:
+def test_every_deprecated_path_imports_and_asks_for_the_plugin_when_used() -> None:
     catalog = make_manager().catalog  # no plugin installed, as on a bare `pip install fabric-core`
     for path in TPU_PATHS:
+        spec = resolve(f"fabric_core.{path}", catalog)
+        assert spec is not None and spec.loader is not None
+        module = spec.loader.create_module(spec)
         with pytest.raises(
             ModuleNotFoundError,
-            match=r"come from the plugin fabric-core-xla\. Install it: `pip install fabric-core-xla`",
-        ) as info:
-            resolve(f"fabric_core.{path}", catalog)
-        assert info.value.name == f"fabric_core.{path}"
+            match=r"`TPUAccelerator` comes with the fabric-core plugin fabric-core-xla, "
+            r"which is not installed\. Install it: `pip install fabric-core-xla`",
+        ):
+            module.TPUAccelerator()
+        assert module.TPUAccelerator.is_available() is False
 
 
 @pytest.mark.timeout(120)
@@ -39,7 +44,7 @@ def test_a_blocked_plugin_is_named_at_every_deprecated_path_and_class() -> None:
         out = {}
         for path in sys.argv[1:]:
             try:
-                importlib.import_module("fabric_core." + path)
+                importlib.import_module("fabric_core." + path).TPUAccelerator()
             except ModuleNotFoundError as exc:
                 out[path] = str(exc)
         for package, name in [
@@ -48,8 +53,8 @@ def test_a_blocked_plugin_is_named_at_every_deprecated_path_and_class() -> None:
             (fabric_core.plugins.precision, "XLABf16Precision"),
         ]:
             try:
-                getattr(package, name)
-            except AttributeError as exc:
+                getattr(package, name)()
+            except ModuleNotFoundError as exc:
                 out[name] = str(exc)
         print(json.dumps(out))
         """
