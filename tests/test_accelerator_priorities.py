@@ -20,7 +20,7 @@ cuda_plugin = pytest.importorskip("fabric_core_cuda._plugin")
 mps_plugin = pytest.importorskip("fabric_core_mps._plugin")
 xla_plugin = pytest.importorskip("fabric_core_xla._plugin")
 
-import fabric_core_cuda.device as cuda_device  # noqa: E402 - after the skips above
+import fabric_core_cuda.accelerator as cuda_accelerator  # noqa: E402 - after the skips above
 import fabric_core_mps.device as mps_device  # noqa: E402
 import fabric_core_xla.device as xla_device  # noqa: E402
 
@@ -55,7 +55,7 @@ def hardware(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def set_hardware(*, xla: int = 0, cuda: int = 0, mps: bool = False, npu: bool = False) -> None:
         monkeypatch.setattr(xla_device, "num_xla_devices", lambda: xla)
-        monkeypatch.setattr(cuda_device, "num_cuda_devices", lambda: cuda)
+        monkeypatch.setattr(cuda_accelerator, "num_cuda_devices", lambda: cuda)
         monkeypatch.setattr(mps_device, "is_available", lambda: mps)
         monkeypatch.setitem(NPU_AVAILABLE, "value", npu)
 

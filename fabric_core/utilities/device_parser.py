@@ -226,19 +226,21 @@ def _normalize_parse_gpu_input_to_list(
 
 def _get_all_available_gpus(include_cuda: bool = False, include_mps: bool = False) -> list[int]:
     """The indices of the visible CUDA devices and/or of the MPS device (``[0]`` where there is one)."""
-    import torch
-
-    cuda = list(range(torch.cuda.device_count())) if include_cuda else []
-    mps = [0] if include_mps and _mps_available() else []
-    return cuda + mps
+    cuda = _lightning_path("accelerators.cuda")._get_all_visible_cuda_devices() if include_cuda else []
+    mps = _lightning_path("accelerators.mps")._get_all_available_mps_gpus() if include_mps else []
+    return [*cuda, *mps]
 
 
-def _mps_available() -> bool:
-    import platform
+def _lightning_path(path: str) -> Any:
+    """The module at Lightning's path ``path`` under fabric_core: a plugin's, or its absent stand-in.
 
-    import torch
+    Device counts are asked there, by name at call time, as Lightning asks its own modules: so a patched
+    ``accelerators.cuda.num_cuda_devices`` or ``MPSAccelerator.is_available`` answers here too. The path is
+    a string because the module comes from whichever plugin provides it (:mod:`fabric_core._aliases`).
+    """
+    import importlib
 
-    return torch.backends.mps.is_available() and platform.processor() in ("arm", "arm64")
+    return importlib.import_module(f"fabric_core.{path}")
 
 
 def _check_unique(device_ids: list[int]) -> None:
@@ -272,19 +274,13 @@ def _check_data_type(device_ids: object) -> None:
 
 def _select_auto_accelerator() -> str:
     """The accelerator name ``"auto"`` stands for on this machine: ``"tpu"``, ``"mps"``, ``"cuda"`` or ``"cpu"``."""
-    import torch
-
-    from fabric_core.utilities._requirements import module_available
-
-    if module_available("torch_xla"):
-        from torch_xla._internal import tpu
-
-        if tpu.num_available_devices() > 0:
-            return "tpu"
-    if _mps_available():
-        return "mps"
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return "cuda"
+    for name, path, cls in (
+        ("tpu", "accelerators.xla", "XLAAccelerator"),
+        ("mps", "accelerators.mps", "MPSAccelerator"),
+        ("cuda", "accelerators.cuda", "CUDAAccelerator"),
+    ):
+        if getattr(_lightning_path(path), cls).is_available():
+            return name
     return "cpu"
 
 

@@ -9,17 +9,21 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from fabric_core_cuda.accelerator import CUDAAccelerator
-    from fabric_core_cuda.device import find_usable_cuda_devices, is_available, num_cuda_devices
+    from fabric_core_cuda.accelerator import (
+        CUDAAccelerator,
+        find_usable_cuda_devices,
+        is_cuda_available,
+        num_cuda_devices,
+    )
 
-__all__ = ["CUDAAccelerator", "find_usable_cuda_devices", "is_available", "num_cuda_devices"]
+__all__ = ["CUDAAccelerator", "find_usable_cuda_devices", "is_cuda_available", "num_cuda_devices"]
 __version__ = "0.1.0"
 
 _WHERE: Final = {
     "CUDAAccelerator": "fabric_core_cuda.accelerator",
-    "find_usable_cuda_devices": "fabric_core_cuda.device",
-    "is_available": "fabric_core_cuda.device",
-    "num_cuda_devices": "fabric_core_cuda.device",
+    "find_usable_cuda_devices": "fabric_core_cuda.accelerator",
+    "is_cuda_available": "fabric_core_cuda.accelerator",
+    "num_cuda_devices": "fabric_core_cuda.accelerator",
 }
 
 

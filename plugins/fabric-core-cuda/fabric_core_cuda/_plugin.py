@@ -21,7 +21,7 @@ def fabric_core_register_accelerators(registry: Registry) -> None:
         "fabric_core_cuda.accelerator:CUDAAccelerator",
         description="NVIDIA/ROCm GPUs through CUDA; processes communicate with NCCL.",
         priority=PRIORITY,
-        probe="fabric_core_cuda.device:is_available",
+        probe="fabric_core_cuda.accelerator:probe",
     )
 
 

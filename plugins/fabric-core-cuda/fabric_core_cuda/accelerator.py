@@ -1,9 +1,14 @@
-"""The CUDA accelerator: NVIDIA (and ROCm) GPUs."""
+"""The CUDA accelerator and its device helpers: Lightning's ``accelerators.cuda``, where device counts are looked up.
+
+This module is the one served at Lightning's path, so the names there are the ones every caller here asks
+at call time: patching ``lightning.fabric.accelerators.cuda.num_cuda_devices`` (how tests pretend a machine has
+GPUs) or ``..._is_ampere_or_later`` reaches the accelerator, the ``"cuda"`` probe and device parsing alike.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Final
+from typing import Any
 
 import torch
 
@@ -12,7 +17,6 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.device_parser import parse_device_ids
 from fabric_core.utilities.rank_zero import rank_zero_info
 from fabric_core_cuda import device
-from fabric_core_cuda.device import find_usable_cuda_devices, is_available, num_cuda_devices, visible_device_indices
 
 # This module backs Lightning's ``accelerators.cuda`` path, which has these helpers next to the class.
 __all__ = [
@@ -24,9 +28,6 @@ __all__ = [
     "is_cuda_available",
     "num_cuda_devices",
 ]
-
-#: Lightning's name: whether a CUDA device is visible (without creating a CUDA context here).
-is_cuda_available = is_available
 
 # Devices whose TF32 hint has been given in this process: once is enough.
 _HINTED: set[int] = set()
@@ -50,16 +51,16 @@ class CUDAAccelerator(Accelerator):
         """
         if device.type != "cuda":
             raise InvalidConfigError(
-                f"`CUDAAccelerator.setup_device({device})`: device should be CUDA, got {device.type!r} instead.",
+                f"`CUDAAccelerator.setup_device({device})`: Device should be CUDA, got {device} instead.",
                 argument="device",
                 value=device,
             )
-        hint_tf32(device)
+        _check_cuda_matmul_precision(device)
         torch.cuda.set_device(device)
 
     def teardown(self) -> None:
         """Give the memory cached by torch's allocator back to the driver (:func:`clear_cuda_memory`)."""
-        clear_cuda_memory()
+        _clear_cuda_memory()
 
     @staticmethod
     def parse_devices(devices: Any) -> list[int]:
@@ -68,17 +69,22 @@ class CUDAAccelerator(Accelerator):
         Raises:
             InvalidConfigError: An unknown form, ``0``, duplicates, no GPU, or an index the machine lacks.
         """
-        return parse_device_ids(devices, device.visible_device_indices(), accelerator="cuda")
+        return parse_device_ids(devices, _get_all_visible_cuda_devices(), accelerator="cuda")
 
     @staticmethod
     def get_parallel_devices(devices: Any) -> list[torch.device]:
-        """One ``cuda:<index>`` device per requested GPU."""
-        return [torch.device("cuda", index) for index in CUDAAccelerator.parse_devices(devices)]
+        """One ``cuda:<index>`` device per requested GPU.
+
+        ``devices`` is what :meth:`parse_devices` returned (a list of indices, taken as they are, as in
+        Lightning), or anything ``Fabric(devices=...)`` accepts, parsed first.
+        """
+        indices = devices if _is_index_list(devices) else CUDAAccelerator.parse_devices(devices)
+        return [torch.device("cuda", index) for index in indices]
 
     @staticmethod
     def auto_device_count() -> int:
         """Every visible GPU; only one in an interactive session, where processes cannot be re-launched."""
-        count = device.num_cuda_devices()
+        count = num_cuda_devices()
         if count > 1 and (hasattr(sys, "ps1") or bool(sys.flags.interactive)):
             rank_zero_info(
                 f"fabric-core uses 1 of the {count} visible GPUs because it runs in an interactive session. "
@@ -90,7 +96,86 @@ class CUDAAccelerator(Accelerator):
     @staticmethod
     def is_available() -> bool:
         """Whether a CUDA GPU is visible (asked through NVML: no CUDA context is created)."""
-        return device.is_available()
+        return num_cuda_devices() > 0
+
+
+def _is_index_list(devices: Any) -> bool:
+    return isinstance(devices, list) and all(type(index) is int and index >= 0 for index in devices)
+
+
+def probe() -> bool:
+    """The ``"cuda"`` entry's probe: asks the class at call time, so a patched ``is_available`` answers too."""
+    return bool(CUDAAccelerator.is_available())
+
+
+def num_cuda_devices() -> int:
+    """The number of CUDA devices visible to this process, without creating a CUDA context (0 on any failure)."""
+    return device.count_visible_devices()
+
+
+def is_cuda_available() -> bool:
+    """Whether a CUDA device is visible (without creating a CUDA context here)."""
+    return num_cuda_devices() > 0
+
+
+def _get_all_visible_cuda_devices() -> list[int]:
+    """The indices of the visible CUDA devices, ``0 .. n-1`` (after ``CUDA_VISIBLE_DEVICES``)."""
+    return list(range(num_cuda_devices()))
+
+
+def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
+    """Return the indices of CUDA devices that can allocate memory right now.
+
+    On clusters whose GPUs run in exclusive-process mode, a device busy with another job cannot be used;
+    pass the result as ``Fabric(devices=find_usable_cuda_devices(2))``. Each device is tried in a short
+    separate process, so this process creates no CUDA context and can still fork afterwards.
+
+    Args:
+        num_devices: How many devices to find; ``-1`` finds all usable ones, ``0`` returns ``[]``.
+
+    Returns:
+        ``num_devices`` usable indices (every usable one for ``-1``), lowest first.
+
+    Raises:
+        InvalidConfigError: ``num_devices`` is below ``-1``, there are no visible CUDA devices, or more are
+            requested than the machine has.
+        RuntimeError: Fewer devices than requested (none, for ``-1``) could allocate memory.
+    """
+    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < -1:
+        raise InvalidConfigError(
+            f"`find_usable_cuda_devices(num_devices={num_devices!r})`: expected -1 (all usable devices), 0, or "
+            "a positive int.",
+            argument="num_devices",
+            value=num_devices,
+        )
+    if num_devices == 0:
+        return []
+    asked = "all usable" if num_devices == -1 else str(num_devices)
+    visible = _get_all_visible_cuda_devices()
+    if not visible:
+        raise InvalidConfigError(
+            f"You requested to find {asked} devices but there are no visible CUDA devices on this "
+            "machine (check `nvidia-smi` and `CUDA_VISIBLE_DEVICES`).",
+            argument="num_devices",
+            value=num_devices,
+        )
+    if num_devices > len(visible):
+        raise InvalidConfigError(
+            f"You requested to find {num_devices} CUDA devices but this machine only has {len(visible)}. "
+            f"Valid choices: -1 (all usable) or 1 to {len(visible)}.",
+            argument="num_devices",
+            value=num_devices,
+        )
+    usable = device.usable_among(visible)
+    wanted = len(visible) if num_devices == -1 else num_devices
+    if not usable or (num_devices != -1 and len(usable) < wanted):
+        raise RuntimeError(
+            f"You requested to find {asked} CUDA devices but only {len(usable)} of the {len(visible)} visible ones "
+            f"can allocate memory ({usable}); the others are busy, e.g. in exclusive-process mode with another "
+            "job on them."
+        )
+    return usable[:wanted]
+
 
 
 def is_ampere_or_later(cuda_device: torch.device | int | None = None) -> bool:
@@ -111,13 +196,13 @@ def hint_tf32(cuda_device: torch.device) -> None:
     only if the user allows it; torch's default (``"highest"``) does not. Without a visible GPU this does
     nothing (and creates no CUDA context).
     """
-    if not device.is_available():
+    if not is_cuda_available():
         return
     index = cuda_device.index if cuda_device.index is not None else torch.cuda.current_device()
     if index in _HINTED:
         return
     _HINTED.add(index)
-    if not is_ampere_or_later(index) or torch.get_float32_matmul_precision() != "highest":
+    if not _is_ampere_or_later(index) or torch.get_float32_matmul_precision() != "highest":
         return
     rank_zero_info(
         f"The CUDA device {torch.cuda.get_device_name(index)!r} has tensor cores for TF32. To use them, call "
@@ -139,8 +224,7 @@ def clear_cuda_memory() -> None:
     torch.cuda.empty_cache()
 
 
-# Lightning's names for the helpers above.
-_get_all_visible_cuda_devices: Final = visible_device_indices
-_is_ampere_or_later: Final = is_ampere_or_later
-_check_cuda_matmul_precision: Final = hint_tf32
-_clear_cuda_memory: Final = clear_cuda_memory
+# Lightning's names for the helpers above; callers here use these, so that a patch of them is seen.
+_is_ampere_or_later = is_ampere_or_later
+_check_cuda_matmul_precision = hint_tf32
+_clear_cuda_memory = clear_cuda_memory

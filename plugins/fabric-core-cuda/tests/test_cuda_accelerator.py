@@ -22,13 +22,13 @@ RANK_ZERO_LOGGER = "fabric_core.utilities.rank_zero"
 def ampere(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend cuda:0 is an A100 (compute capability 8.0) and no hint was given yet."""
     monkeypatch.setattr(accelerator, "_HINTED", set())
-    monkeypatch.setattr(device, "num_cuda_devices", lambda: 1)
+    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA A100-SXM4-80GB")
 
 
 def test_setup_device_rejects_a_device_of_another_type() -> None:
-    with pytest.raises(InvalidConfigError, match=r"device should be CUDA, got 'cpu'"):
+    with pytest.raises(InvalidConfigError, match=r"Device should be CUDA, got cpu instead"):
         CUDAAccelerator().setup_device(torch.device("cpu"))
 
 
@@ -78,51 +78,59 @@ def test_no_tf32_hint_on_other_ranks(
 # --- find_usable_cuda_devices ------------------------------------------------------------------------------
 
 
+def test_parsed_indices_become_devices_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's contract: get_parallel_devices takes what parse_devices returned; raw forms are parsed first.
+    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 4)
+    assert CUDAAccelerator.get_parallel_devices([]) == []
+    assert CUDAAccelerator.get_parallel_devices([3, 1]) == [torch.device("cuda", 3), torch.device("cuda", 1)]
+    assert CUDAAccelerator.get_parallel_devices(2) == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert CUDAAccelerator.get_parallel_devices("1,2") == [torch.device("cuda", 1), torch.device("cuda", 2)]
+
+
 def test_zero_devices_is_an_empty_list() -> None:
-    assert device.find_usable_cuda_devices(0) == []
+    assert accelerator.find_usable_cuda_devices(0) == []
 
 
 @pytest.mark.parametrize("bad", [-2, 1.5, "2", True])
 def test_a_bad_count_is_rejected(bad: object) -> None:
     with pytest.raises(InvalidConfigError, match=r"find_usable_cuda_devices\(num_devices="):
-        device.find_usable_cuda_devices(bad)  # type: ignore[arg-type]
+        accelerator.find_usable_cuda_devices(bad)  # type: ignore[arg-type]
 
 
 def test_no_visible_gpu_is_an_error() -> None:
     with pytest.raises(InvalidConfigError, match="there are no visible CUDA devices"):
-        device.find_usable_cuda_devices(1)
+        accelerator.find_usable_cuda_devices(1)
 
 
 def test_more_than_visible_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "num_cuda_devices", lambda: 2)
+    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 2)
     with pytest.raises(InvalidConfigError, match="find 3 CUDA devices but this machine only has 2"):
-        device.find_usable_cuda_devices(3)
+        accelerator.find_usable_cuda_devices(3)
 
 
 @pytest.mark.timeout(120)
 def test_devices_that_cannot_allocate_are_not_usable(monkeypatch: pytest.MonkeyPatch) -> None:
     # NVML "sees" two GPUs, but this build of torch cannot allocate on them: the real probe process says so.
-    monkeypatch.setattr(device, "num_cuda_devices", lambda: 2)
+    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 2)
     with pytest.raises(RuntimeError, match=r"find 2 CUDA devices but only 0 of the 2 visible ones"):
-        device.find_usable_cuda_devices(2)
+        accelerator.find_usable_cuda_devices(2)
     assert not torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
 
 
 def test_the_first_usable_devices_are_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "num_cuda_devices", lambda: 4)
+    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 4)
     monkeypatch.setattr(device, "usable_among", lambda indices: [i for i in indices if i != 1])
-    assert device.find_usable_cuda_devices(2) == [0, 2]
-    assert device.find_usable_cuda_devices(-1) == [0, 2, 3]
+    assert accelerator.find_usable_cuda_devices(2) == [0, 2]
+    assert accelerator.find_usable_cuda_devices(-1) == [0, 2, 3]
     with pytest.raises(RuntimeError, match="only 3 of the 4"):
-        device.find_usable_cuda_devices(4)
+        accelerator.find_usable_cuda_devices(4)
 
 
 def test_lightnings_cuda_helpers_at_the_accelerators_cuda_path() -> None:
     import fabric_core.accelerators.cuda as ours
-    from fabric_core_cuda import device
 
     theirs = pytest.importorskip("lightning_fabric.accelerators.cuda")
-    assert ours.find_usable_cuda_devices is device.find_usable_cuda_devices
+    assert ours is accelerator
     assert ours.num_cuda_devices() == theirs.num_cuda_devices() == torch.cuda.device_count()
     assert ours.is_cuda_available() is theirs.is_cuda_available() is torch.cuda.is_available()
     assert ours.find_usable_cuda_devices(0) == theirs.find_usable_cuda_devices(0) == []

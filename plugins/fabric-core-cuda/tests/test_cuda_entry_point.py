@@ -30,7 +30,7 @@ def test_registration_adds_cuda_between_cpu_and_xla() -> None:
     (entry,) = registry.entries
     assert (entry.name, entry.target) == ("cuda", "fabric_core_cuda.accelerator:CUDAAccelerator")
     assert entry.priority == 20
-    assert entry.probe == "fabric_core_cuda.device:is_available"
+    assert entry.probe == "fabric_core_cuda.accelerator:probe"
 
 
 @pytest.mark.timeout(60)
@@ -56,6 +56,6 @@ def test_lazy_package_attributes() -> None:
     import fabric_core_cuda
 
     assert fabric_core_cuda.CUDAAccelerator.device_type == "cuda"
-    assert fabric_core_cuda.num_cuda_devices is fabric_core_cuda.device.num_cuda_devices
+    assert fabric_core_cuda.num_cuda_devices is fabric_core_cuda.accelerator.num_cuda_devices
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         fabric_core_cuda.nope  # noqa: B018

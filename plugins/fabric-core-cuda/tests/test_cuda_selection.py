@@ -1,7 +1,8 @@
 """Selecting "cuda", "gpu" and "auto", and parsing ``devices``, on machines with and without GPUs.
 
-This machine has no GPU: each test says how many it has by patching ``num_cuda_devices``, the plugin's one
-probe function. Nothing else is faked; selection, parsing and the built objects are real.
+This machine has no GPU: each test says how many it has by patching ``num_cuda_devices`` at Lightning's path
+(``accelerators.cuda``), the one name the probe, the accelerator and device parsing ask. Nothing else is
+faked; selection, parsing and the built objects are real.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fabric_core._manager import PluginManager, plugin_module
 from fabric_core._selection import Selection, select
 from fabric_core.errors import InvalidConfigError, UnknownNameError
 from fabric_core.testing import make_manager
-from fabric_core_cuda import _plugin, device
+from fabric_core_cuda import _plugin, accelerator
 from fabric_core_cuda.accelerator import CUDAAccelerator
 
 
@@ -28,7 +29,7 @@ def gpus(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """Pretend this machine has ``n`` visible CUDA devices."""
 
     def set_count(n: int) -> None:
-        monkeypatch.setattr(device, "num_cuda_devices", lambda: n)
+        monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: n)
 
     return set_count
 
@@ -55,8 +56,8 @@ def fake_mps(available: bool) -> tuple[str, Any]:
 
 
 def test_this_machine_has_no_cuda_and_the_probe_creates_no_context() -> None:
-    assert device.num_cuda_devices() == 0
-    assert device.is_available() is False
+    assert accelerator.num_cuda_devices() == 0
+    assert accelerator.is_cuda_available() is False
     assert CUDAAccelerator.is_available() is False
     assert not torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
 
@@ -66,7 +67,7 @@ def test_the_probe_counts_through_nvml_before_cuda_is_initialised(monkeypatch: p
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 3)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: pytest.fail("would create a CUDA context"))
-    assert device.num_cuda_devices() == 3
+    assert accelerator.num_cuda_devices() == 3
 
 
 def test_the_probe_falls_back_to_the_runtime_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +75,7 @@ def test_the_probe_falls_back_to_the_runtime_without_nvml(monkeypatch: pytest.Mo
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert device.num_cuda_devices() == 2
+    assert accelerator.num_cuda_devices() == 2
 
 
 def test_the_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +85,7 @@ def test_the_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", broken)
-    assert device.num_cuda_devices() == 0
+    assert accelerator.num_cuda_devices() == 0
 
 
 # --- accelerator="cuda" / "gpu" / "auto" ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fabric_core_cuda.device import num_cuda_devices
+from fabric_core_cuda.accelerator import num_cuda_devices
 
 JOB = Path(__file__).parent / "_jobs" / "gpu_job.py"
 GPUS = num_cuda_devices()

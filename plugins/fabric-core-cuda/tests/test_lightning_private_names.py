@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fabric_core.accelerators.cuda as ours
-from fabric_core_cuda import accelerator, device
+from fabric_core_cuda import accelerator
 
 lightning = pytest.importorskip("lightning_fabric.accelerators.cuda")
 BOTH = pytest.mark.parametrize("module", [lightning, ours], ids=["lightning", "fabric_core"])
@@ -42,7 +42,7 @@ def gpus(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """Pretend ``n`` GPUs are visible, to both packages' device counts."""
 
     def set_count(n: int) -> None:
-        monkeypatch.setattr(device, "num_cuda_devices", lambda: n)
+        monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: n)
         monkeypatch.setattr(lightning, "num_cuda_devices", lambda: n)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
 

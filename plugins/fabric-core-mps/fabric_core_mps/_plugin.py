@@ -24,7 +24,7 @@ def fabric_core_register_accelerators(registry: Registry) -> None:
         "fabric_core_mps.accelerator:MPSAccelerator",
         description="The GPU of Apple silicon Macs (Metal Performance Shaders); one process.",
         priority=PRIORITY,
-        probe="fabric_core_mps.device:is_available",
+        probe="fabric_core_mps.accelerator:probe",
     )
 
 

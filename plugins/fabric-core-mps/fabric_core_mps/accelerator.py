@@ -30,7 +30,7 @@ class MPSAccelerator(Accelerator):
         """
         if device.type != "mps":
             raise InvalidConfigError(
-                f"`MPSAccelerator.setup_device({device})`: device should be MPS, got {device.type!r} instead.",
+                f"`MPSAccelerator.setup_device({device})`: Device should be MPS, got {device} instead.",
                 argument="device",
                 value=device,
             )
@@ -65,9 +65,15 @@ class MPSAccelerator(Accelerator):
         return device.is_available()
 
 
+def probe() -> bool:
+    """The ``"mps"`` entry's probe: asks the class at call time, so a patched ``MPSAccelerator.is_available``
+    (Lightning's path ``accelerators.mps``, served by this module) answers for selection too."""
+    return bool(MPSAccelerator.is_available())
+
+
 def available_device_indices() -> list[int]:
     """``[0]`` where MPS can be used (a Mac has one MPS device), else ``[]``."""
-    return [0] if device.is_available() else []
+    return [0] if MPSAccelerator.is_available() else []
 
 
 #: Lightning's name at its ``accelerators.mps`` path, which this module backs.

@@ -29,7 +29,7 @@ def test_registration_adds_mps_in_the_gpu_band() -> None:
     _plugin.fabric_core_register_accelerators(registry=registry)
     (entry,) = registry.entries
     assert (entry.name, entry.target) == ("mps", "fabric_core_mps.accelerator:MPSAccelerator")
-    assert (entry.priority, entry.probe) == (20, "fabric_core_mps.device:is_available")
+    assert (entry.priority, entry.probe) == (20, "fabric_core_mps.accelerator:probe")
 
 
 @pytest.mark.timeout(60)

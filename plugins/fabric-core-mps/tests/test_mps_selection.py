@@ -131,7 +131,7 @@ def test_mps_elsewhere_names_the_accelerator_and_what_is_available() -> None:
 
 def test_the_device_setup_checks_the_device_type() -> None:
     MPSAccelerator().setup_device(torch.device("mps", 0))
-    with pytest.raises(InvalidConfigError, match="device should be MPS, got 'cpu'"):
+    with pytest.raises(InvalidConfigError, match="Device should be MPS, got cpu instead"):
         MPSAccelerator().setup_device(torch.device("cpu"))
 
 

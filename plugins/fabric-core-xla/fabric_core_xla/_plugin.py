@@ -30,7 +30,7 @@ def fabric_core_register_accelerators(registry: Registry) -> None:
         description="TPUs (and other PJRT devices) through torch_xla; needs `pip install torch_xla`.",
         aliases=("xla",),
         priority=PRIORITY,
-        probe=f"{_PKG}.device:is_available",
+        probe=f"{_PKG}.accelerator:probe",
     )
 
 

@@ -74,6 +74,12 @@ class XLAAccelerator(Accelerator):
         return device.is_available()
 
 
+def probe() -> bool:
+    """The ``"tpu"`` entry's probe: asks the class at call time, so a patched ``XLAAccelerator.is_available``
+    (Lightning's path ``accelerators.xla``, served by this module) answers for selection too."""
+    return bool(XLAAccelerator.is_available())
+
+
 class TPUAccelerator(XLAAccelerator):
     """Deprecated (as in Lightning): use :class:`XLAAccelerator`, which this is in every other respect."""
 

@@ -45,7 +45,7 @@ def test_registration() -> None:
         ("strategy", "xla_fsdp"),
     ]
     tpu = registered["accelerator", "tpu"]
-    assert (tpu.aliases, tpu.priority, tpu.probe) == (("xla",), 30, "fabric_core_xla.device:is_available")
+    assert (tpu.aliases, tpu.priority, tpu.probe) == (("xla",), 30, "fabric_core_xla.accelerator:probe")
     assert registered["precision", "xla-bf16-true"].defaults == {"precision": "bf16-true"}
     assert registered["strategy", "xla_fsdp"].target == "fabric_core_xla.fsdp:XLAFSDPStrategy"
 
