@@ -1,9 +1,10 @@
-"""Read-only, Lightning-shaped views of the catalog: ``ACCELERATOR_REGISTRY`` and ``STRATEGY_REGISTRY``.
+"""Lightning-shaped views of the catalog: ``ACCELERATOR_REGISTRY`` and ``STRATEGY_REGISTRY``.
 
 Lightning keeps a dict per kind that classes register themselves into; in fabric-core, plugins register
 components through hooks, and these views show the resulting catalog in Lightning's shape
 (``{name: {"description", "init_params", <kind>, "<kind>_name"}}``). Nothing is imported until an entry's
-class is asked for.
+class is asked for. ``register`` adds a component for the running process, as Lightning's does, beside the
+plugins' entries (:meth:`fabric_core._manager.PluginManager.add_in_code`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ __all__ = ["CatalogView", "ReadOnlyRegistryError", "plugin_export"]
 
 
 class ReadOnlyRegistryError(FabricCoreError, TypeError):
-    """The registry views cannot be changed: components are registered by plugins, through hooks."""
+    """A plugin's entry cannot be removed through the registry views: the plugin is disabled instead."""
 
 
 class CatalogView(Mapping[str, dict[str, Any]]):
@@ -27,6 +28,9 @@ class CatalogView(Mapping[str, dict[str, Any]]):
         kind: ``"accelerator"`` or ``"strategy"``.
         title: How :func:`str` introduces the names (``"Registered Accelerators"``).
     """
+
+    #: The exception a name registered twice raises (Lightning's differ between its two registries).
+    duplicate_error: type[Exception] = ValueError
 
     def __init__(self, kind: str, title: str) -> None:
         self._kind = kind
@@ -78,20 +82,53 @@ class CatalogView(Mapping[str, dict[str, Any]]):
             return default
         return self._entry(name)  # raises the KeyError
 
-    def register(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Not supported: register components from a plugin (see the docs' "Writing a plugin")."""
-        raise ReadOnlyRegistryError(
-            f"Cannot register {name!r} here: this registry is a read-only view of fabric-core's plugin catalog. "
-            f"Register the {self._kind} from a plugin's `fabric_core_register_{self._kind}s` hook (docs: "
-            f"writing-a-plugin.md), or pass an instance directly: `Fabric({self._kind}=My{self._kind.title()}())`."
-        )
+    def register(
+        self, name: str, obj: Any = None, description: str = "", override: bool = False, **init_params: Any
+    ) -> Any:
+        """Register ``obj`` under ``name`` for this process (or, without ``obj``, return a decorator that does).
+
+        As Lightning's ``register``: ``Fabric(accelerator=name)`` then builds ``obj(**init_params)``. The entry
+        joins the catalog beside the plugins' (its plugin is ``"in-code"``, as ``fabric-core explain`` and
+        ``list-plugins`` show in this process); it lasts as long as the process. For a component every
+        program should find, write a plugin (docs: writing-a-plugin.md).
+
+        Raises:
+            TypeError: ``name`` is not a string.
+            duplicate_error: ``name`` is taken already (by a plugin or by code) and ``override`` is not set.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"`name` must be a str, found {name}")
+        if name in self and not override:
+            raise self.duplicate_error(f"'{name}' is already present in the registry. HINT: Use `override=True`.")
+
+        def do_register(registered: Any) -> Any:
+            from fabric_core._manager import IN_CODE, get_manager
+            from fabric_core._registry import in_code_entry
+
+            entry = in_code_entry(
+                self._kind, name, registered, description=description, defaults=init_params, plugin=IN_CODE
+            )
+            get_manager().add_in_code(entry)
+            return registered
+
+        return do_register(obj) if obj is not None else do_register
 
     def remove(self, name: str) -> None:
-        """Not supported: the catalog is changed by installing or disabling plugins."""
-        raise ReadOnlyRegistryError(
-            f"Cannot remove {name!r}: this registry is a read-only view of fabric-core's plugin catalog. Disable "
-            "the plugin that provides it instead (`fabric-core list-plugins` shows which one)."
-        )
+        """Forget ``name`` if code registered it in this process.
+
+        Raises:
+            ReadOnlyRegistryError: ``name`` comes from a plugin: disable the plugin instead.
+            KeyError: There is no such name.
+        """
+        from fabric_core._manager import get_manager
+
+        entry = self._entry(name)
+        if not get_manager().remove_in_code(self._kind, entry.name):
+            raise ReadOnlyRegistryError(
+                f"Cannot remove {name!r}: it comes from the plugin {entry.plugin!r}, not from code in this process. "
+                "Disable the plugin that provides it instead (FABRIC_CORE_BLOCK_PLUGINS; `fabric-core "
+                "list-plugins` shows which one)."
+            )
 
     def __str__(self) -> str:
         return f"{self._title}: {', '.join(self._names())}"

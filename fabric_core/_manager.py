@@ -39,10 +39,12 @@ from fabric_core.errors import (
 if TYPE_CHECKING:
     from fabric_core._context import SelectionContext
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginManager", "PluginRecord", "get_manager"]
+__all__ = ["ENTRY_POINT_GROUP", "IN_CODE", "PluginManager", "PluginRecord", "get_manager"]
 
 ENTRY_POINT_GROUP: Final = "fabric_core.plugins"
 BUILTIN: Final = "builtin"
+#: The plugin name of components registered in code while the program runs (:meth:`PluginManager.add_in_code`).
+IN_CODE: Final = "in-code"
 Status = Literal["loaded", "failed", "blocked", "incompatible", "conflict"]
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
@@ -203,6 +205,8 @@ class PluginManager:
         self._aliases: dict[str, list[str]] = {}  # other names of a plugin: its distribution, a shared name
         self._seen: set[str] = set()  # every name a switch may use for an installed plugin
         self._catalog: Catalog | None = None
+        self._discovered: Catalog | None = None  # what the plugins registered; _catalog adds what code did
+        self._in_code: dict[tuple[str, str], Entry] = {}
         self._lock = threading.Lock()
 
     # -- discovery -------------------------------------------------------------------------------------
@@ -217,10 +221,33 @@ class PluginManager:
         """The catalog of every registered component, built once per manager."""
         if self._catalog is None:
             with self._lock:
-                if self._catalog is None:
+                if self._discovered is None:
                     self._load_all()
-                    self._catalog = self._build_catalog()
+                    self._discovered = self._build_catalog()
+                if self._catalog is None:
+                    overrides = [(e.kind, e.name, e.plugin) for e in self._in_code.values()]
+                    self._catalog = self._discovered.extended(self._in_code.values(), overrides)
         return self._catalog
+
+    # -- components registered in code at run time ---------------------------------------------------------
+    def add_in_code(self, entry: Entry) -> None:
+        """Add ``entry`` to this process's catalog, beside what plugins registered; it takes its name.
+
+        For code that registers a component while it runs (Lightning's ``ACCELERATOR_REGISTRY.register``);
+        the entry's plugin is :data:`IN_CODE`. Registering the same kind and name again replaces it.
+        """
+        self.catalog  # noqa: B018 - discover the plugins first, so that the entry comes after theirs
+        with self._lock:
+            self._in_code[(entry.kind, entry.name)] = entry
+            self._catalog = None
+        log_event("component_registered_in_code", kind=entry.kind, name=entry.name, target=entry.target)
+
+    def remove_in_code(self, kind: str, name: str) -> bool:
+        """Forget the component ``name`` registered in code; whether there was one."""
+        with self._lock:
+            removed = self._in_code.pop((kind, name), None) is not None
+            self._catalog = None if removed else self._catalog
+        return removed
 
     def _load_all(self) -> None:
         from fabric_core import _builtin

@@ -23,7 +23,17 @@ from fabric_core.errors import (
     describe_failure,
 )
 
-__all__ = ["KINDS", "Catalog", "Entry", "ModuleDeclaration", "ModuleRegistry", "Registry", "Spec", "spec"]
+__all__ = [
+    "KINDS",
+    "Catalog",
+    "Entry",
+    "ModuleDeclaration",
+    "ModuleRegistry",
+    "Registry",
+    "Spec",
+    "in_code_entry",
+    "spec",
+]
 
 KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback", "runner")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
@@ -249,6 +259,45 @@ class Registry:
         return entry
 
 
+def in_code_entry(
+    kind: str, name: str, obj: Any, *, description: str, defaults: Mapping[str, Any], plugin: str
+) -> Entry:
+    """An entry for ``obj``, registered by code while it runs: it holds the object, nothing is imported.
+
+    Its target names where the object was defined (``"__main__:MyAccelerator"``), for display only. It has
+    priority -1, below the built-in cpu accelerator, so ``accelerator="auto"`` never picks it (as Lightning's
+    "auto" never picks a registered class); an object with ``is_available()`` is asked that as its probe.
+
+    Raises:
+        InvalidConfigError: ``name`` is not letters, digits, ``-`` and ``_``, or ``obj`` is not callable.
+    """
+    if not isinstance(name, str) or not _NAME.match(name.lower()):
+        raise InvalidConfigError(
+            f"Cannot register the {kind} {name!r}: names are letters, digits, '-' and '_' (case is ignored).",
+            value=name,
+        )
+    if not callable(obj):
+        raise InvalidConfigError(
+            f"Cannot register the {kind} {name!r}: expected a class or factory to build it with, got {obj!r}.",
+            value=obj,
+        )
+    where = f"{getattr(obj, '__module__', None) or '?'}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+    available = getattr(obj, "is_available", None)
+    entry = Entry(
+        kind=kind,
+        name=name.lower(),
+        target=where,
+        description=description,
+        plugin=plugin,
+        defaults=MappingProxyType(dict(defaults)),
+        priority=-1,
+        probe=f"{where}.is_available" if callable(available) else None,
+    )
+    object.__setattr__(entry, "_loaded", obj)
+    object.__setattr__(entry, "_probe_fn", available if callable(available) else None)
+    return entry
+
+
 @final
 @dataclass(frozen=True)
 class ModuleDeclaration:
@@ -306,7 +355,8 @@ class Catalog:
 
     A name registered by a plugin and by the built-ins stays the built-in's unless the plugin registered
     it with ``override=True``; the entry that loses is still reachable by its qualified name and is listed
-    in :attr:`shadowed`. A name registered by two plugins is ambiguous: looking it up raises.
+    in :attr:`shadowed`. A name registered by two plugins is ambiguous: looking it up raises, unless one of
+    them registered it with ``override=True`` (as code registering at run time does to replace a name).
     """
 
     def __init__(
@@ -329,10 +379,12 @@ class Catalog:
                 name that one of them would provide says so instead of suggesting an install.
             modules: The compatibility modules plugins declared (``fabric_core.<path>`` import paths).
         """
+        self._overrides: Final = tuple(overrides)
+        self._declarations: Final = tuple(modules)
         self._plugin_aliases: Final = MappingProxyType(dict(plugin_aliases or {}))
         self.unavailable: Final[Mapping[str, str]] = MappingProxyType(dict(unavailable or {}))
         self._entries: tuple[Entry, ...] = tuple(entries)
-        overriding = set(overrides)
+        overriding = set(self._overrides)
         self._qualified: dict[tuple[str, str, str], Entry] = {}
         grouped: dict[tuple[str, str], list[Entry]] = {}
         for entry in self._entries:
@@ -344,22 +396,31 @@ class Catalog:
         for (kind, n), group in grouped.items():
             builtin = [e for e in group if e.plugin == "builtin"]
             others = [e for e in group if e.plugin != "builtin"]
-            if builtin and others:
-                winners = [e for e in others if (kind, e.name, e.plugin) in overriding]
-                if winners:
-                    shadowed.extend(builtin)
-                    group = winners
-                else:
-                    shadowed.extend(others)
-                    group = builtin
+            winners = [e for e in others if (kind, e.name, e.plugin) in overriding]
+            if winners and len(winners) < len(group):
+                shadowed.extend(e for e in group if e not in winners)
+                group = winners
+            elif builtin and others:
+                shadowed.extend(others)
+                group = builtin
             self._index[(kind, n)] = tuple(dict.fromkeys(group))
         self.shadowed: Final[tuple[Entry, ...]] = tuple(dict.fromkeys(shadowed))
         declared: dict[str, list[ModuleDeclaration]] = {}
-        for d in modules:
+        for d in self._declarations:
             declared.setdefault(d.path, []).append(d)
         #: ``{path under fabric_core: every declaration of it}``; more than one distinct module is ambiguous.
         self.modules: Final[Mapping[str, tuple[ModuleDeclaration, ...]]] = MappingProxyType(
             {p: tuple(ds) for p, ds in declared.items()}
+        )
+
+    def extended(self, entries: Iterable[Entry], overrides: Iterable[tuple[str, str, str]] = ()) -> Catalog:
+        """A new catalog: this one's entries and ``entries`` after them, with ``overrides`` added."""
+        return Catalog(
+            [*self._entries, *entries],
+            [*self._overrides, *overrides],
+            plugin_aliases=self._plugin_aliases,
+            unavailable=self.unavailable,
+            modules=self._declarations,
         )
 
     def __iter__(self) -> Iterator[Entry]:

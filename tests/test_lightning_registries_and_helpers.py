@@ -63,15 +63,71 @@ def test_strategy_registry_matches_lightnings_names_and_arguments() -> None:
         assert ours[name]["strategy"].__name__ == theirs[name]["strategy"].__name__, name
 
 
-def test_registries_are_read_only_with_a_clear_error() -> None:
-    from fabric_core.accelerators import ACCELERATOR_REGISTRY
-    from fabric_core.strategies import STRATEGY_REGISTRY
+def test_registering_in_code_adds_to_the_catalog_for_this_process() -> None:
+    import subprocess
+    import sys
+    import textwrap
 
-    with pytest.raises(TypeError, match=r"read-only view.*fabric_core_register_accelerators"):
-        ACCELERATOR_REGISTRY.register("sota", object)
-    with pytest.raises(TypeError, match="read-only view"):
-        STRATEGY_REGISTRY.remove("ddp")
-    assert "ddp" in STRATEGY_REGISTRY
+    # A fresh process: the registration lasts as long as the process, and must not leak into other tests.
+    code = textwrap.dedent(
+        """
+        import torch
+        from fabric_core import Fabric
+        from fabric_core.accelerators import ACCELERATOR_REGISTRY, CPUAccelerator
+        from fabric_core.cli import main
+        from fabric_core.strategies import STRATEGY_REGISTRY, SingleDeviceStrategy
+        from fabric_core.utilities.exceptions import MisconfigurationException
+
+        class CountingCPU(CPUAccelerator):
+            built = 0
+
+            def __init__(self, step):
+                super().__init__()
+                self.step = step
+                CountingCPU.built += step
+
+        ACCELERATOR_REGISTRY.register("counting_cpu", CountingCPU, description="A CPU that counts", step=2)
+        entry = ACCELERATOR_REGISTRY["counting_cpu"]
+        print(entry["description"], entry["init_params"], entry["accelerator"] is CountingCPU)
+
+        @STRATEGY_REGISTRY.register("one_cpu", description="one device", device=torch.device("cpu"))
+        class OneCPU(SingleDeviceStrategy):
+            pass
+
+        fabric = Fabric(accelerator="counting_cpu", strategy="one_cpu", devices=1)
+        print(type(fabric.accelerator).__name__, type(fabric.strategy).__name__, CountingCPU.built)
+        print(Fabric(accelerator="auto").accelerator.__class__.__name__)  # "auto" never picks a registered one
+        main(["explain", "--accelerator", "counting_cpu"])
+        for registry, name in ((ACCELERATOR_REGISTRY, "cpu"), (STRATEGY_REGISTRY, "ddp")):
+            try:
+                registry.register(name, CountingCPU)
+            except Exception as exc:
+                print(type(exc).__name__, isinstance(exc, MisconfigurationException), exc)
+        try:
+            STRATEGY_REGISTRY.remove("ddp")
+        except TypeError as exc:
+            print("remove ddp:", exc)
+        ACCELERATOR_REGISTRY.register("cpu", CountingCPU, override=True, step=5)
+        print(type(Fabric(accelerator="cpu").accelerator).__name__, CountingCPU.built)
+        ACCELERATOR_REGISTRY.remove("cpu")
+        ACCELERATOR_REGISTRY.remove("counting_cpu")
+        print(type(Fabric(accelerator="cpu").accelerator).__name__, "counting_cpu" in ACCELERATOR_REGISTRY)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "A CPU that counts {'step': 2} True"
+    assert lines[1] == "CountingCPU OneCPU 2"
+    assert lines[2] == "CPUAccelerator"
+    explained = "\n".join(lines[3:])
+    assert "counting_cpu" in explained and "in-code" in explained and "CountingCPU" in explained
+    taken = "is already present in the registry. HINT: Use `override=True`."
+    assert f"MisconfigurationException True 'cpu' {taken}" in lines
+    assert f"ValueError False 'ddp' {taken}" in lines
+    assert any(line.startswith("remove ddp:") and "comes from the plugin 'ddp'" in line for line in lines)
+    assert lines[-2] == "CountingCPU 7"
+    assert lines[-1] == "CPUAccelerator False"
 
 
 def test_find_usable_cuda_devices_without_cuda_behaves_as_lightnings() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from fabric_core import spec
 from fabric_core._registry import Catalog, Registry
-from fabric_core.errors import InvalidConfigError, PluginImportError
+from fabric_core.errors import AmbiguousNameError, InvalidConfigError, PluginImportError
 
 
 def test_registry_rejects_bad_names_and_targets() -> None:
@@ -65,6 +65,21 @@ def test_catalog_aliases_case_and_qualified_names() -> None:
     assert catalog.get("strategy", "p:thing_alias").name == "thing"
     assert catalog.find("strategy", "q:thing") is None
     assert catalog.names("strategy") == ["thing", "thing_alias"]
+
+
+def test_an_override_takes_a_name_from_a_plugin_too_and_an_extended_catalog_keeps_the_rest() -> None:
+    one, two, three = Registry("strategy", "one"), Registry("strategy", "two"), Registry("strategy", "three")
+    one.add("fast", "a.b:One", description="x")
+    two.add("fast", "a.b:Two", description="x")
+    catalog = Catalog([*one.entries, *two.entries])
+    with pytest.raises(AmbiguousNameError):
+        catalog.get("strategy", "fast")
+    three.add("fast", "a.b:Three", description="x", override=True)
+    extended = catalog.extended(three.entries, [("strategy", "fast", "three")])
+    assert extended.get("strategy", "fast").plugin == "three"
+    assert extended.get("strategy", "one:fast").target == "a.b:One"  # still reachable by its qualified name
+    assert {e.plugin for e in extended.shadowed} == {"one", "two"}
+    assert len(catalog) == 2 and len(extended) == 3  # the original is unchanged
 
 
 def test_spec_is_immutable_and_validated() -> None:

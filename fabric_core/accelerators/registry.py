@@ -1,4 +1,4 @@
-"""``ACCELERATOR_REGISTRY``: Lightning's accelerator registry, as a read-only view of the plugin catalog."""
+"""``ACCELERATOR_REGISTRY``: Lightning's accelerator registry, as a view of the plugin catalog that code may add to."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ __all__ = ["ACCELERATOR_REGISTRY"]
 
 class _CatalogAccelerators(CatalogView):
     """Every accelerator name ``Fabric(accelerator=...)`` accepts, with its class and description."""
+
+    duplicate_error = MisconfigurationException
 
     def available_accelerators(self) -> set[str]:
         """The names (aliases included) of every registered accelerator."""

@@ -1,4 +1,4 @@
-"""``STRATEGY_REGISTRY``: Lightning's strategy registry, as a read-only view of the plugin catalog."""
+"""``STRATEGY_REGISTRY``: Lightning's strategy registry, as a view of the plugin catalog that code may add to."""
 
 from __future__ import annotations
 
