@@ -53,7 +53,7 @@ def test_invariant_1_torch_keeps_its_global_hooks_in_dicts_and_they_still_run() 
         model(torch.randn(1, 4))
     finally:
         handle.remove()
-    assert "FabricModule" in seen and "Linear" in seen  # the wrapper went through `Module.__call__`
+    assert "_FabricModule" in seen and "Linear" in seen  # the wrapper went through `Module.__call__`
     seen.clear()
     model(torch.randn(1, 4))
     assert seen == []

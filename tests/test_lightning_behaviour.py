@@ -164,3 +164,14 @@ def test_lsf_names_what_is_missing_in_lightnings_words(
     monkeypatch.delenv("LSB_JOBID")
     with pytest.raises(ValueError, match="Could not find job id in environment variable LSB_JOBID"):
         lsf()
+
+
+def test_the_wrappers_have_lightnings_class_names() -> None:
+    # Libraries unwrap by name (lightly-train: `type(model).__name__ == "_FabricModule"`), and reprs show it.
+    names = []
+    for library in (lightning_fabric, fabric_core):
+        fabric = library.Fabric(accelerator="cpu", devices=1)
+        model, optimizer = fabric.setup(torch.nn.Linear(2, 2), torch.optim.SGD([torch.nn.Parameter(torch.ones(1))]))
+        loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(range(4)))
+        names.append((type(model).__name__, type(optimizer).__name__, type(loader).__name__, repr(model)[:14]))
+    assert names[0] == names[1] == ("_FabricModule", "FabricSGD", "_FabricDataLoader", "_FabricModule(")

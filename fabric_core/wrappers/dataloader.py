@@ -22,7 +22,7 @@ _FORMAT = 1
 _KEYS = ("epoch", "in_epoch", "batches_yielded", "epoch_start", "sampler")
 
 
-class FabricDataLoader:
+class _FabricDataLoader:
     """The dataloader ``fabric.setup_dataloaders`` returns: moves batches to the device and sets the epoch.
 
     Each ``iter()`` first calls ``set_epoch(n)`` on the sampler and on the batch sampler's sampler (each
@@ -175,3 +175,7 @@ class FabricDataLoader:
             start = state_dict["epoch_start"]
             self._epoch_start = position.EpochStart.from_dict(start) if start is not None else None
             self._resume = (self._yielded, self._epoch_start)
+
+
+#: The public name. The class keeps Lightning's name, which code checks (``type(x).__name__ == "_FabricDataLoader"``).
+FabricDataLoader = _FabricDataLoader

@@ -24,7 +24,7 @@ __all__ = ["STEP_METHODS", "FabricModule"]
 STEP_METHODS: Final = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 
 
-class FabricModule(Module):
+class _FabricModule(Module):
     """The module ``fabric.setup`` returns: runs the strategy's module under the precision's rules.
 
     ``forward`` converts the inputs to the precision's dtype, runs the strategy's module (e.g. DDP) under
@@ -224,6 +224,10 @@ class FabricModule(Module):
         )
 
 
+#: The public name. The class keeps Lightning's name, which code checks (``type(x).__name__ == "_FabricModule"``).
+FabricModule = _FabricModule
+
+
 def _registration_ending_direct_calls(name: str) -> Callable[..., Any]:
     registration: Callable[..., Any] = getattr(Module, name)
 
@@ -243,3 +247,4 @@ for _name in (
     "register_backward_hook",
 ):
     setattr(FabricModule, _name, _registration_ending_direct_calls(_name))
+

@@ -26,7 +26,7 @@ def _fabric_optimizer_class(optimizer_class: type[Optimizer]) -> type[FabricOpti
     return cls
 
 
-class FabricOptimizer(Optimizer):
+class _FabricOptimizer(Optimizer):
     """The optimizer ``fabric.setup`` returns: steps through the strategy, then tells the callbacks.
 
     Its class is a subclass of the original optimizer's class, created once per optimizer class.
@@ -118,3 +118,7 @@ class FabricOptimizer(Optimizer):
         if optimizer is None:
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
         return getattr(optimizer, name)
+
+
+#: The public name. The class keeps Lightning's name, which code checks (``type(x).__name__ == "_FabricOptimizer"``).
+FabricOptimizer = _FabricOptimizer
