@@ -12,6 +12,7 @@ from torch.optim import Optimizer
 from fabric_core import _fabric_checks as checks
 from fabric_core._fabric_collectives import Collectives
 from fabric_core.errors import CheckpointError
+from fabric_core.io.safe_pickle import resolve_weights_only
 from fabric_core.wrappers import is_wrapped, unwrap_for_checkpoint, unwrap_objects
 
 __all__ = ["Checkpoints"]
@@ -75,6 +76,7 @@ class Checkpoints(Collectives):
         checks.check_load_state(state)
         self._check_seen_by_every_rank(path)
         unwrapped = unwrap_for_checkpoint(state)
+        weights_only = resolve_weights_only(weights_only)  # once: the strategy's readers see the decision
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
         self.barrier()
         if state is not None:
@@ -133,6 +135,7 @@ class Checkpoints(Collectives):
             strict: Require exact keys (modules only).
             weights_only: Passed to ``torch.load``.
         """
+        weights_only = resolve_weights_only(weights_only)
         self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
 
 

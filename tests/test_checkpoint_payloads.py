@@ -139,3 +139,29 @@ def test_a_truncated_metadata_is_a_checkpoint_error(folder: Path) -> None:
     with pytest.raises(CheckpointError, match=r"\.metadata") as info:
         load_distributed_checkpoint(folder)
     assert info.value.reason == "corrupt"
+
+
+@pytest.mark.parametrize("library", ["lightning_fabric", "fabric_core"])
+def test_torchs_escape_hatch_variables_mean_what_they_mean_to_torch_and_lightning(
+    library: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fabric_module = pytest.importorskip(library)
+    marker = tmp_path / f"RAN-{library}"
+    torch.save({"step": 3, "payload": Payload(marker)}, tmp_path / "ckpt.pt")
+    fabric = fabric_module.Fabric(accelerator="cpu", devices=1)
+    with pytest.raises(pickle.UnpicklingError):  # the default refuses it
+        fabric.load(tmp_path / "ckpt.pt")
+    assert executions(marker) == 0
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # the user lifts the default on purpose
+    with pytest.warns(UserWarning, match="TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD detected"):
+        assert fabric.load(tmp_path / "ckpt.pt")["step"] == 3
+    assert executions(marker) == 1
+    with pytest.raises(pickle.UnpicklingError):  # an explicit weights_only=True still wins over it
+        fabric.load(tmp_path / "ckpt.pt", weights_only=True)
+
+    monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")  # forces safe loads, even weights_only=False
+    with pytest.raises(pickle.UnpicklingError):
+        fabric.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert executions(marker) == 1

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, Final
 import torch
 
 from fabric_core.errors import CheckpointError, UnsafeCheckpointError
+from fabric_core.io.safe_pickle import resolve_weights_only
 
 __all__ = ["read_open_file"]
 
@@ -149,7 +150,7 @@ def read_open_file(
     file_format = _checkpoint_format(file)
     if file_format is None:
         raise _corrupt(target, "it is neither a torch zip archive nor a legacy torch file")
-    safe = True if weights_only is None else weights_only
+    safe = resolve_weights_only(weights_only)
     location = "cpu" if map_location is None else map_location
     try:
         if mmap and file_format == "zip" and isinstance(target, Path):

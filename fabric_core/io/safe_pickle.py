@@ -29,7 +29,51 @@ from fabric_core.errors import CheckpointError, UnsafeCheckpointError
 # several objects (or the members of a tar archive) before the data.
 _ZIP_MAGIC = b"PK\x03\x04"
 
-__all__ = ["RefusedGlobal", "check_torch_file", "load_restricted", "refused_error", "scan"]
+__all__ = ["RefusedGlobal", "check_torch_file", "load_restricted", "refused_error", "resolve_weights_only", "scan"]
+
+#: torch's own switches (torch.load reads them too): force weights-only loads, or lift the default.
+FORCE_SAFE_ENV = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
+FORCE_UNSAFE_ENV = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+_TRUE = ("1", "y", "yes", "true")
+
+
+def resolve_weights_only(weights_only: bool | None) -> bool:
+    """``weights_only`` as every load here applies it: ``None`` means ``True``, as in torch 2.6 and later.
+
+    torch's escape hatches are honoured as torch (and so Lightning) honours them, so that one switch means the
+    same everywhere: with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, a load that did not pass ``weights_only`` uses
+    ``False``, and a warning says that the file may run code; with ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1``, every load
+    uses ``True``, even one that passed ``False``.
+
+    Raises:
+        InvalidConfigError: Both variables are set.
+    """
+    force_safe = os.environ.get(FORCE_SAFE_ENV, "0").strip().lower() in _TRUE
+    force_unsafe = os.environ.get(FORCE_UNSAFE_ENV, "0").strip().lower() in _TRUE
+    if force_safe and force_unsafe:
+        from fabric_core.errors import InvalidConfigError
+
+        raise InvalidConfigError(
+            f"Only one of `{FORCE_SAFE_ENV}` or `{FORCE_UNSAFE_ENV}` should be set, but both were set.",
+            argument=FORCE_UNSAFE_ENV,
+            value=os.environ.get(FORCE_UNSAFE_ENV),
+        )
+    if force_safe:
+        return True
+    if weights_only is None and force_unsafe:
+        import warnings
+
+        from fabric_core.errors import FabricCoreWarning
+
+        warnings.warn(
+            f"Environment variable {FORCE_UNSAFE_ENV} detected, since the `weights_only` argument was not "
+            "explicitly passed, forcing weights_only=False: the checkpoint may run any code it holds while it "
+            "loads. Load only files you trust, or unset the variable.",
+            FabricCoreWarning,
+            stacklevel=3,
+        )
+        return False
+    return True if weights_only is None else weights_only
 
 Allowed = Collection[tuple[str, str]]
 

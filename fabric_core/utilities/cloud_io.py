@@ -38,7 +38,9 @@ def _load(
     """
     import torch
 
-    safe = True if weights_only is None else weights_only
+    from fabric_core.io.safe_pickle import resolve_weights_only
+
+    safe = resolve_weights_only(weights_only)
     if not isinstance(path_or_url, str | Path):
         return torch.load(path_or_url, map_location=map_location, weights_only=safe)  # type: ignore[arg-type]
     from fabric_core.io._file import read_open_file
