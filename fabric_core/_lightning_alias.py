@@ -23,6 +23,8 @@ from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from fabric_core._lightning_loggers import serve_lightning_names
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.abc import Loader
@@ -153,6 +155,9 @@ def is_installed() -> bool:
 def install() -> None:
     """Turn zero-edit mode on in this process and the processes it starts; a second call does nothing.
 
+    As Lightning's import does, it sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (unless set), and fabric-core's
+    log records take Lightning's logger names (:mod:`fabric_core._lightning_loggers`).
+
     Raises:
         InvalidConfigError: Lightning Fabric's own modules are imported already: serving the names now would
             leave two copies of every class in this process.
@@ -160,6 +165,10 @@ def install() -> None:
     if is_installed():
         return
     _refuse_real_copies()
+    serve_lightning_names()  # fabric-core's log records under Lightning's logger names
+    # As Lightning does at import: torch.cuda.is_available() then asks NVML and creates no CUDA context, so
+    # the processes this one forks (ddp_fork, notebooks, DataLoader workers) can still use CUDA.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     sys.meta_path.insert(0, LightningImportsFinder())
     if not any(_is_handover(p) for p in sys.path):
         sys.path.insert(1, HANDOVER_PATH)  # after the script's folder, which sys.path[0] stands for

@@ -109,6 +109,7 @@ API_MODULES: Final = frozenset(
         "fabric_core._run_worker",
         # zero-edit mode: Lightning's import names served by fabric_core's modules
         "fabric_core._lightning_alias",
+        "fabric_core._lightning_loggers",
         "fabric_core.compat",
         "fabric_core.lightning_imports",
     }

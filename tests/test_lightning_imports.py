@@ -250,6 +250,54 @@ def test_without_lightning_a_stand_in_provides_fabric_only(tmp_path: Path) -> No
         assert "Lightning Fabric only" in message and "pip install lightning" in message
 
 
+LOGGING_SCRIPT = """
+import io, json, logging, os
+import lightning.fabric
+from lightning.fabric import seed_everything
+
+captured = io.StringIO()
+logging.getLogger("lightning.fabric.utilities.seed").addHandler(logging.StreamHandler(captured))
+seed_everything(7)
+names = []
+
+
+class Grab(logging.Handler):
+    def emit(self, record):
+        names.append(record.name)
+
+
+logging.getLogger().addHandler(Grab())
+logging.getLogger("lightning.fabric").propagate = True  # as Lightning's tests make caplog see its records
+seed_everything(8)
+logging.getLogger("lightning.fabric").setLevel(logging.ERROR)  # how a Lightning user silences the lines
+seed_everything(9)
+print(json.dumps({
+    "captured": captured.getvalue().splitlines(),
+    "names": names,
+    "nvml": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+}))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_log_records_carry_lightnings_logger_names_and_the_nvml_check_is_set_as_lightning_does(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "logs.py"
+    script.write_text(LOGGING_SCRIPT)
+    lightning = python([str(script)], tmp_path)
+    ours = python(["-m", "fabric_core.lightning_imports", str(script)], tmp_path)
+    succeeded(lightning, "installed")
+    succeeded(ours, "installed")
+    expected = {
+        "captured": ["Seed set to 7", "Seed set to 8"],
+        "names": ["lightning.fabric.utilities.seed"],
+        "nvml": "1",
+    }
+    assert json.loads(lightning.stdout.splitlines()[-1]) == expected
+    assert json.loads(ours.stdout.splitlines()[-1]) == expected
+
+
 @pytest.mark.timeout(60)
 def test_a_module_fabric_core_lacks_names_both_paths(tmp_path: Path) -> None:
     got = run_code(
