@@ -71,15 +71,16 @@ def test_empty_name_puts_versions_directly_under_root(tmp_path: Path) -> None:
     assert logger.log_dir == str(tmp_path / "version_3")
 
 
-def test_nothing_is_created_before_the_first_write(tmp_path: Path) -> None:
+def test_the_version_folder_is_created_with_the_experiment_as_in_lightning(tmp_path: Path) -> None:
     logger = CSVLogger(tmp_path / "logs")
     _ = logger.log_dir
-    logger.log_metrics({"a": 1.0})
     assert not (tmp_path / "logs").exists()
+    logger.log_metrics({"a": 1.0})  # the first row creates the writer, and with it the folder
+    assert Path(logger.log_dir).is_dir() and not Path(logger.metrics_file_path).exists()
     logger.save()
     assert Path(logger.metrics_file_path).is_file()
-    CSVLogger(tmp_path / "other").save()  # nothing logged: nothing written
-    assert not (tmp_path / "other").exists()
+    CSVLogger(tmp_path / "never").finalize("success")  # nothing logged, nothing saved: nothing written
+    assert not (tmp_path / "never").exists()
 
 
 # -- the CSV file ---------------------------------------------------------------------------------------
@@ -205,9 +206,11 @@ def test_reusing_a_non_empty_version_folder_warns_and_replaces_its_metrics(tmp_p
     first.save()
 
     second = CSVLogger(tmp_path, version=0)
-    second.log_metrics({"new": 2})
-    with pytest.warns(FabricCoreWarning, match="exists and is not empty"):
-        second.save()
+    # As in Lightning: when the writer is created (here by the first row), not at the first write.
+    with pytest.warns(FabricCoreWarning, match=r"Experiment logs directory .*version_0 exists and is not empty"):
+        second.log_metrics({"new": 2})
+    assert not Path(second.metrics_file_path).exists()  # the old file is gone at once
+    second.save()
     assert _read(second) == (["new", "step"], [{"new": "2", "step": "0"}])
 
 

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric_core._deferred import lightning_reexports
+from fabric_core.io._remote import _is_dir
 
-__all__ = ["Logger", "rank_zero_experiment", "warn_not_reattached"]
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+__all__ = ["Logger", "next_version", "rank_zero_experiment", "warn_not_reattached"]
 
 
 class Logger(ABC):
@@ -115,6 +120,30 @@ class _DummyExperiment:
         pass
 
 
+def next_version(fs: AbstractFileSystem, folder: str) -> int:
+    """One past the highest ``version_<N>`` folder in ``folder`` (0 when there is none, or no ``folder``).
+
+    Lightning's rule, shared by the loggers that number their runs: an entry counts when it is a folder whose
+    name starts with ``version_`` and whose part after that underscore, up to the next one, is digits
+    (``version_3_old`` counts as 3, ``version_x`` not at all).
+
+    Args:
+        fs: The fsspec filesystem ``folder`` is on (``fabric_core.io`` ``get_filesystem(folder)``).
+        folder: The folder holding the versions (``root_dir/name``).
+    """
+    try:
+        listing = fs.listdir(folder)
+    except OSError:
+        return 0
+    found = []
+    for entry in listing:
+        path = str(entry["name"]).rstrip("/")
+        number = os.path.basename(path).split("_")
+        if number[0] == "version" and len(number) > 1 and number[1].isdigit() and _is_dir(fs, path):
+            found.append(int(number[1]))
+    return max(found) + 1 if found else 0
+
+
 def warn_not_reattached(logger: Logger, current: Any, saved: Any) -> None:
     """Warn (rank 0) that ``logger`` already started ``current`` and so did not switch to the saved ``saved``."""
     from fabric_core.utilities.rank_zero import rank_zero_warn
@@ -125,6 +154,7 @@ def warn_not_reattached(logger: Logger, current: Any, saved: Any) -> None:
         f"{type(logger).__name__} already started {current!r} before the run checkpoint was resumed, so it keeps "
         f"logging there instead of continuing {saved!r}. Call `RunCheckpoints.resume(...)` before the first log."
     )
+
 
 # Lightning Fabric's names that its own module at this path imports from its other modules.
 __getattr__ = lightning_reexports(__name__)

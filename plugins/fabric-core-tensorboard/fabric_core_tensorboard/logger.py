@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import numbers
 import os
-import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -14,9 +13,10 @@ from typing import Any, Final
 import torch
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.loggers.logger import Logger, warn_not_reattached
+from fabric_core.loggers.logger import Logger, next_version, rank_zero_experiment, warn_not_reattached
+from fabric_core.utilities.cloud_io import get_filesystem
 from fabric_core.utilities.imports import RequirementCache
-from fabric_core.utilities.logger import flatten_params, params_as_dict
+from fabric_core.utilities.logger import _add_prefix, flatten_params, metric_as_float, params_as_dict
 from fabric_core.utilities.rank_zero import rank_zero_only
 
 __all__ = ["TensorBoardLogger"]
@@ -26,21 +26,7 @@ __all__ = ["TensorBoardLogger"]
 _TENSORBOARD_AVAILABLE: Final = RequirementCache("tensorboard")
 _TENSORBOARDX_AVAILABLE: Final = RequirementCache("tensorboardX")
 
-_VERSION_DIR = re.compile(r"^version_(\d+)$")
 _HPARAM_TYPES = (bool, int, float, str)
-
-
-class _NoOp:
-    """What ``experiment`` is on ranks other than 0: every attribute is a callable that does nothing."""
-
-    def __getattr__(self, name: str) -> _NoOp:
-        return self
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _NoOp:
-        return self
-
-    def __getitem__(self, key: Any) -> _NoOp:
-        return self
 
 
 def _writer_backend() -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -111,13 +97,15 @@ class TensorBoardLogger(Logger):
         **writer_kwargs: Any,
     ) -> None:
         self._writer_class, self._hparams_summary = _writer_backend()
+        # Lightning's attribute names: lightning.pytorch's TensorBoardLogger subclasses this one and reads them.
         self._root_dir = os.fspath(root_dir)
         self._name = name or ""
         self._version = version
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
-        self._writer_kwargs = writer_kwargs
+        self._fs = get_filesystem(self._root_dir)
+        self._kwargs = writer_kwargs  # for the SummaryWriter
         self._experiment: Any = None
         self._next_step = 0  # one past the highest step logged: where a resumed job's events take over
 
@@ -130,7 +118,7 @@ class TensorBoardLogger(Logger):
     def version(self) -> int | str:
         """The version, decided on first access when it was not given."""
         if self._version is None:
-            self._version = self._next_version()
+            self._version = self._get_next_version()
         return self._version
 
     @property
@@ -156,15 +144,15 @@ class TensorBoardLogger(Logger):
         return self._sub_dir
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
-        """The ``SummaryWriter`` (created on first use) on rank 0; a do-nothing object elsewhere."""
+        """The ``SummaryWriter`` (created on first use, with the version folder) on rank 0; a do-nothing object
+        elsewhere."""
         if self._experiment is None:
-            self._experiment = self._create_writer()
-        return _NoOp() if self._experiment is None else self._experiment
-
-    @rank_zero_only
-    def _create_writer(self) -> Any:
-        return self._writer_class(self.log_dir, **self._writer_kwargs)
+            if self.root_dir:
+                self._fs.makedirs(_expand(self.root_dir), exist_ok=True)
+            self._experiment = self._writer_class(log_dir=self.log_dir, **self._kwargs)
+        return self._experiment
 
     def run_identity(self) -> dict[str, Any]:
         """The version, and one past the highest step logged; the buffered events are written first."""
@@ -185,7 +173,7 @@ class TensorBoardLogger(Logger):
             warn_not_reattached(self, self.version, version)
             return
         self._version, self._next_step = version, purge_step
-        self._writer_kwargs["purge_step"] = purge_step
+        self._kwargs["purge_step"] = purge_step
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -199,12 +187,11 @@ class TensorBoardLogger(Logger):
             InvalidConfigError: A value is not a number (also a ``ValueError``); nothing is written then.
         """
         scalars: dict[str, float | dict[str, float]] = {}
-        for key, value in metrics.items():
-            name = f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}" if self._prefix else key
+        for name, value in _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR).items():
             if isinstance(value, Mapping):
-                scalars[name] = {str(k): _to_scalar(f"{key}/{k}", v) for k, v in value.items()}
+                scalars[name] = {str(k): _to_scalar(f"{name}/{k}", v) for k, v in value.items()}
             else:
-                scalars[name] = _to_scalar(key, value)
+                scalars[name] = _to_scalar(name, value)
         if step is not None and step >= self._next_step:
             self._next_step = step + 1
         for name, value in scalars.items():
@@ -234,16 +221,14 @@ class TensorBoardLogger(Logger):
         Raises:
             InvalidConfigError: ``params`` is neither a mapping nor a namespace, or a metric is not a number.
         """
-        hparams = {
-            key: _to_hparam(value) for key, value in flatten_params(params_as_dict(params, "TensorBoardLogger")).items()
-        }
+        hparams = self._sanitize_params(flatten_params(params_as_dict(params, "TensorBoardLogger")))
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else {}
         elif not isinstance(metrics, Mapping):
             metrics = {"hp_metric": metrics}
         if metrics:
             self.log_metrics(metrics, step)
-        metric_names = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}" if self._prefix else k: 0.0 for k in metrics}
+        metric_names = dict.fromkeys(_add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR), 0.0)
         writer = self.experiment._get_file_writer()
         for summary in self._hparams_summary(hparams, metric_names):
             writer.add_summary(summary, step)
@@ -283,9 +268,8 @@ class TensorBoardLogger(Logger):
 
     @rank_zero_only
     def save(self) -> None:
-        """Flush buffered events to disk."""
-        if self._experiment is not None:
-            self._experiment.flush()
+        """Flush buffered events to disk (creating the writer and its folder first, as Lightning's logger does)."""
+        self.experiment.flush()
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
@@ -300,34 +284,36 @@ class TensorBoardLogger(Logger):
         state["_experiment"] = None
         return state
 
-    def _next_version(self) -> int:
-        try:
-            names = os.listdir(self._experiment_dir)
-        except (FileNotFoundError, NotADirectoryError):
-            return 0
-        versions = [
-            int(m.group(1))
-            for n in names
-            if (m := _VERSION_DIR.match(n)) and os.path.isdir(os.path.join(self._experiment_dir, n))
-        ]
-        return max(versions) + 1 if versions else 0
+    def _get_next_version(self) -> int:
+        return next_version(self._fs, self._experiment_dir)
+
+    @staticmethod
+    def _sanitize_params(params: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
+        """Flat hyperparameters as TensorBoard's HParams tab takes them: bool, int, float and str values only.
+
+        One-element tensors and numpy scalars become the number they hold; anything else (lists, ``None``,
+        classes, larger arrays) its ``str()``.
+        """
+        return {key: _to_hparam(value) for key, value in params.items()}
 
 
 def _to_scalar(name: str, value: Any) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise InvalidConfigError(
-                f"TensorBoardLogger: metric {name!r} is a tensor of shape {tuple(value.shape)}; "
-                "only one-element tensors can be logged as scalars.",
-                argument="metrics",
-                value=value,
-            )
-        value = value.item()
-    if isinstance(value, numbers.Real):
-        return float(value)
+    """``value`` as the float ``add_scalar`` writes: a number, a one-element tensor or array, a numpy scalar.
+
+    Raises:
+        InvalidConfigError: Anything else (also a ``ValueError``), in Lightning's words and naming the metric.
+    """
+    try:
+        return metric_as_float("TensorBoardLogger", name, value)
+    except (InvalidConfigError, TypeError):
+        pass
+    shape = getattr(value, "shape", None)
+    shown = f"a value of shape {tuple(shape)}" if shape is not None else f"{value!r} of type {type(value).__name__}"
     raise InvalidConfigError(
-        f"TensorBoardLogger: metric {name!r} has the value {value!r} of type {type(value).__name__}; "
-        "expected a number, a one-element tensor, or a dict of those.",
+        # Lightning's sentence first: what its users' filters and tests look for.
+        f"You tried to log {value!r} which is currently not supported. Try a dict or a scalar/tensor. "
+        f"(TensorBoardLogger: metric {name!r} is {shown}; expected a number, a one-element tensor, or a dict of "
+        "those.)",
         argument="metrics",
         value=value,
     )

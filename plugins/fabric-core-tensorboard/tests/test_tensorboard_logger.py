@@ -60,12 +60,16 @@ def test_log_dir_is_root_name_version(tmp_path: Path) -> None:
     assert logger.log_dir == str(tmp_path / "lightning_logs" / "version_0")
 
 
-def test_nothing_is_created_before_the_first_write(tmp_path: Path) -> None:
+def test_nothing_is_created_before_the_writer(tmp_path: Path) -> None:
     logger = TensorBoardLogger(tmp_path)
     _ = logger.log_dir
-    logger.save()
-    logger.finalize("success")
+    logger.finalize("success")  # nothing logged: nothing to close
     assert list(tmp_path.iterdir()) == []
+    # save() creates the writer and so the version folder, as Lightning's does: lightning.pytorch's logger
+    # then writes hparams.yaml into it.
+    logger.save()
+    assert Path(logger.log_dir).is_dir()
+    logger.finalize("success")
 
 
 def test_next_version_is_highest_existing_plus_one(tmp_path: Path) -> None:
