@@ -41,9 +41,12 @@ class _AliasLoader:
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         try:
             module = importlib.import_module(self.module)
-        except ImportError:
-            raise
         except Exception as exc:
+            absent = _absent_instead(spec.name, f"its module {self.module!r} failed to import: {exc!r}")
+            if absent is not None:
+                return absent  # a Lightning path still imports, as Lightning's does without its package
+            if isinstance(exc, ImportError):
+                raise
             raise ImportError(
                 f"{spec.name} is provided by the fabric-core plugin {self.plugin!r} as {self.module!r}, which "
                 f"failed to import: {exc!r}",
@@ -103,6 +106,22 @@ def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> Module
     if why is None and not autoload:
         why = "Plugins are not loaded here (FABRIC_CORE_DISABLE_PLUGIN_AUTOLOAD is set)."
     return ModuleSpec(fullname, cast("Loader", _AbsentLoader(dist, why)), origin=f"absent plugin {dist}")
+
+
+def _absent_instead(fullname: str, why: str) -> ModuleType | None:
+    """The stand-in of a first-party plugin's Lightning path whose module cannot be imported here (a torch
+    built without ``torch.distributed``, a missing dependency), or ``None`` for any other path."""
+    from fabric_core._absent_names import ABSENT_NAMES
+    from fabric_core.errors import FIRST_PARTY_MODULES
+
+    path = fullname.removeprefix(PREFIX)
+    if path not in ABSENT_NAMES:
+        return None
+    from fabric_core._absent import absent_module
+    from fabric_core._logging import log_event
+
+    log_event("plugin_module_absent", level="warning", path=fullname, reason=why)
+    return absent_module(fullname, FIRST_PARTY_MODULES[path], why)
 
 
 class _AbsentLoader:

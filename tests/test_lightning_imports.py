@@ -298,6 +298,40 @@ def test_log_records_carry_lightnings_logger_names_and_the_nvml_check_is_set_as_
     assert json.loads(ours.stdout.splitlines()[-1]) == expected
 
 
+@pytest.mark.timeout(90)
+def test_imports_and_runs_where_torch_has_no_distributed_package(tmp_path: Path) -> None:
+    # A torch built without torch.distributed (as Lightning's own test pretends it): Lightning's paths import,
+    # a one-process run works, and what needs the package (FSDP's module) fails only when used, saying why.
+    script = tmp_path / "no_dist.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, torch
+            for name in list(torch.distributed.__dict__):
+                if not name.startswith("__"):
+                    delattr(torch.distributed, name)
+            torch.distributed.is_available = lambda: False
+            import lightning_fabric
+            from lightning_fabric.strategies import FSDPStrategy
+            from lightning_fabric.utilities.distributed import group
+            fabric = lightning_fabric.Fabric(accelerator="cpu", devices=1)
+            try:
+                FSDPStrategy()
+                error = None
+            except ModuleNotFoundError as exc:
+                error = str(exc)
+            print(json.dumps([group.WORLD, fabric.all_reduce(torch.tensor(2.0)).item(), error]))
+            """
+        )
+    )
+    done = python(["-m", "fabric_core.lightning_imports", str(script)], tmp_path)
+    succeeded(done, "installed")
+    world, reduced, error = json.loads(done.stdout.splitlines()[-1])
+    assert (world, reduced) == (None, 2.0)
+    assert "`FSDPStrategy` comes with the fabric-core plugin fabric-core-fsdp" in error
+    assert "failed to import" in error and "Store" in error
+
+
 @pytest.mark.timeout(60)
 def test_a_module_fabric_core_lacks_names_both_paths(tmp_path: Path) -> None:
     got = run_code(

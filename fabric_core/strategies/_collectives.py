@@ -46,13 +46,13 @@ def distributed() -> bool:
     return DIST_AVAILABLE and dist.is_initialized()
 
 
-_SUM: Final = dist.ReduceOp.SUM
+# A torch built without distributed support has no ReduceOp: the names stand for themselves there (nothing is
+# reduced across processes without a process group), so importing fabric_core still works on such builds.
+_REDUCE_OP: Any = dist.ReduceOp if DIST_AVAILABLE else None
+_SUM: Final = _REDUCE_OP.SUM if DIST_AVAILABLE else "sum"
 _OPS: Final[dict[str, Any]] = {
-    "sum": dist.ReduceOp.SUM,
-    "max": dist.ReduceOp.MAX,
-    "min": dist.ReduceOp.MIN,
-    "product": dist.ReduceOp.PRODUCT,
-    "prod": dist.ReduceOp.PRODUCT,
+    name: getattr(_REDUCE_OP, op) if DIST_AVAILABLE else name
+    for name, op in (("sum", "SUM"), ("max", "MAX"), ("min", "MIN"), ("product", "PRODUCT"), ("prod", "PRODUCT"))
 }
 _MEAN_NAMES: Final = ("mean", "avg")
 #: The strings ``all_reduce`` accepts as ``reduce_op``.

@@ -32,6 +32,7 @@ __all__ = [
     "destroy_process_group",
     "distributed_is_initialized",
     "gather_all_tensors",
+    "group",
     "init_process_group_from_environment",
     "is_dtensor",
     "set_num_threads_if_needed",
@@ -41,6 +42,15 @@ __all__ = [
 ]
 
 distributed_is_initialized = _collectives.distributed
+
+if _collectives.DIST_AVAILABLE:
+    from torch.distributed import group
+else:
+
+    class group:  # type: ignore[no-redef]
+        """torch built without distributed support has no process groups: ``group.WORLD`` is ``None`` there."""
+
+        WORLD: Any = None
 
 
 def gather_all_tensors(result: Tensor, group: Any = None) -> list[Tensor]:

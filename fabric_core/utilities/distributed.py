@@ -37,7 +37,7 @@ __getattr__ = reexports(
         "_suggested_max_num_threads": f"{_PG}:suggested_max_num_threads",
         "_sync_ddp": f"{_PG}:sync",
         "_sync_ddp_if_available": f"{_PG}:sync_if_available",
-        "group": "torch.distributed",
+        "group": f"{_PG}:group",
     },
     fallback=lightning_reexports(__name__),
 )
