@@ -175,3 +175,19 @@ def test_the_wrappers_have_lightnings_class_names() -> None:
         loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(range(4)))
         names.append((type(model).__name__, type(optimizer).__name__, type(loader).__name__, repr(model)[:14]))
     assert names[0] == names[1] == ("_FabricModule", "FabricSGD", "_FabricDataLoader", "_FabricModule(")
+
+
+def test_64_true_keeps_complex_buffers_complex_as_lightning_does() -> None:
+    class WithSpectrum(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+            self.register_buffer("spectrum", torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64))
+            self.register_buffer("steps", torch.tensor([3]))
+
+    converted = []
+    for library in (lightning_fabric, fabric_core):
+        fabric = library.Fabric(accelerator="cpu", devices=1, precision="64-true")
+        model = fabric.setup(WithSpectrum())
+        converted.append((model.linear.weight.dtype, model.spectrum.dtype, model.spectrum.tolist(), model.steps.dtype))
+    assert converted[0] == converted[1] == (torch.float64, torch.complex64, [1 + 2j, 3 - 4j], torch.int64)

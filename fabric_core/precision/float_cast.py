@@ -169,6 +169,15 @@ def mixed_conversions(device: str, dtype: torch.dtype) -> Conversions:
     return Conversions(input_dtype=dtype, output_to_default=True, autocast=(device, dtype))
 
 
+#: ``Module`` methods that cast floating-point tensors only (complex and integer ones stay as they are).
+_FLOATING_ONLY_CASTS: Final = {
+    torch.float64: "double",
+    torch.float32: "float",
+    torch.float16: "half",
+    torch.bfloat16: "bfloat16",
+}
+
+
 class FloatCastPrecision(Precision):
     """A precision whose forward hooks and module conversion are the casts its :attr:`conversions` declare.
 
@@ -185,9 +194,16 @@ class FloatCastPrecision(Precision):
         return self._conversions
 
     def convert_module(self, module: Module) -> Module:
-        """Cast the module's floating-point parameters and buffers to the declared ``module_dtype``."""
+        """Cast the module's floating-point parameters and buffers to the declared ``module_dtype``.
+
+        Only floating-point tensors, as ``Module.double()`` and ``Module.half()`` cast: a complex buffer stays
+        complex (``Module.to(dtype=...)`` would cast it too and drop its imaginary part), integers stay integers.
+        """
         dtype = self.conversions.module_dtype
-        return module if dtype is None else module.to(dtype=dtype)
+        if dtype is None:
+            return module
+        cast = _FLOATING_ONLY_CASTS.get(dtype)
+        return getattr(module, cast)() if cast is not None else module.to(dtype=dtype)
 
     def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Tensors created inside default to the declared ``module_dtype``."""
