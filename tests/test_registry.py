@@ -31,7 +31,7 @@ def test_entry_builds_with_defaults_overridden_by_options() -> None:
     )
     logger = entry.build({"root_dir": "b"})
     assert logger.root_dir == "b"
-    assert logger._flush_every == 5
+    assert logger._flush_logs_every_n_steps == 5
     assert entry.class_name == "CSVLogger" and entry.qualified_name == "p:csv-fast"
 
 
