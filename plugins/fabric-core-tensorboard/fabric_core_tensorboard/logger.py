@@ -240,7 +240,8 @@ class TensorBoardLogger(Logger):
         A missing or untraceable input is a warning, never an error: a graph is a nicety that must not end a run.
 
         Args:
-            model: The module to trace (a module ``fabric.setup`` returned is traced as the module inside).
+            model: The module to trace (a module ``fabric.setup`` returned is traced as the module inside; a
+                ``LightningModule``'s batch transfer hooks are applied to the input first, as in Lightning).
             input_array: An example input, a tensor or a tuple of tensors (the positional arguments).
         """
         from fabric_core.wrappers.unwrap import unwrap_objects
@@ -264,7 +265,13 @@ class TensorBoardLogger(Logger):
                 f"Could not log computational graph to TensorBoard: {problem}", FabricCoreWarning, stacklevel=3
             )
             return
-        self.experiment.add_graph(unwrap_objects(model), input_array)
+        module = unwrap_objects(model)
+        transfer = getattr(module, "_apply_batch_transfer_handler", None)
+        before_transfer = getattr(module, "_on_before_batch_transfer", None)
+        if callable(transfer) and callable(before_transfer):
+            # A LightningModule: its batch hooks move the input to its device, as for a training batch.
+            input_array = transfer(before_transfer(input_array))
+        self.experiment.add_graph(module, input_array)
 
     @rank_zero_only
     def save(self) -> None:
@@ -310,10 +317,10 @@ def _to_scalar(name: str, value: Any) -> float:
     shape = getattr(value, "shape", None)
     shown = f"a value of shape {tuple(shape)}" if shape is not None else f"{value!r} of type {type(value).__name__}"
     raise InvalidConfigError(
-        # Lightning's sentence first: what its users' filters and tests look for.
-        f"You tried to log {value!r} which is currently not supported. Try a dict or a scalar/tensor. "
-        f"(TensorBoardLogger: metric {name!r} is {shown}; expected a number, a one-element tensor, or a dict of "
-        "those.)",
+        # Lightning's sentence: what its users' filters and tests look for.
+        f"TensorBoardLogger: you tried to log {value!r} which is currently not supported. Try a dict or a "
+        f"scalar/tensor. The metric {name!r} is {shown}; expected a number, a one-element tensor or array, or a "
+        "dict of those.",
         argument="metrics",
         value=value,
     )

@@ -176,6 +176,20 @@ def test_bad_metric_value_raises_naming_the_metric(tmp_path: Path, value: Any, s
     assert list(tmp_path.iterdir()) == []
 
 
+def test_numpy_values_are_logged_as_numbers(tmp_path: Path) -> None:
+    import numpy as np
+
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_metrics({"zero_d": np.array(0.5), "one": np.array([0.25]), "f32": np.float32(1.5)}, step=2)
+    logger.finalize("success")
+    assert [_scalars(logger.log_dir, tag) for tag in ("zero_d", "one", "f32")] == [[(2, 0.5)], [(2, 0.25)], [(2, 1.5)]]
+
+
+def test_a_refused_value_is_named_in_lightnings_words(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"you tried to log 'high' which is currently not supported. Try a dict"):
+        TensorBoardLogger(tmp_path).log_metrics({"bad_metric": "high"})
+
+
 def test_bad_value_inside_a_group_names_the_group_and_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'loss/val'"):
         TensorBoardLogger(tmp_path).log_metrics({"loss": {"val": "nan?"}})
@@ -313,6 +327,40 @@ def test_log_graph_of_a_set_up_module_traces_the_module_inside(tmp_path: Path) -
     logger.finalize("success")
     names = [node.name for node in _events(logger.log_dir).Graph().node]
     assert names and not any("_forward_module" in name for name in names), names
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
+def test_log_graph_applies_a_lightning_modules_batch_transfer_hooks(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class WithBatchHooks(torch.nn.Linear):
+        def _on_before_batch_transfer(self, batch: torch.Tensor) -> torch.Tensor:
+            seen.append("before")
+            return batch.double()
+
+        def _apply_batch_transfer_handler(self, batch: torch.Tensor) -> torch.Tensor:
+            seen.append("transfer")
+            return batch.float()
+
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_graph(WithBatchHooks(3, 2), torch.zeros(1, 3))
+    logger.finalize("success")
+    assert seen == ["before", "transfer"]
+    assert len(_events(logger.log_dir).Graph().node) > 0
+
+
+def test_sanitize_params_keeps_what_the_hparams_tab_shows() -> None:
+    import numpy as np
+
+    params = {"lr": 0.1, "n": np.int64(3), "t": torch.tensor(2.0), "big": torch.ones(2, 2), "l": [1, 2], "x": None}
+    assert TensorBoardLogger._sanitize_params(params) == {
+        "lr": 0.1,
+        "n": 3,
+        "t": 2.0,
+        "big": str(torch.ones(2, 2)),
+        "l": "[1, 2]",
+        "x": "None",
+    }
 
 
 def test_save_flushes_to_disk(tmp_path: Path) -> None:
