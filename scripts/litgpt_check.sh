@@ -30,19 +30,16 @@ pip install --quiet "torch==$TORCH_VERSION" "setuptools>=68" wheel
 # What would be installed must not include another torch (with the constraint pip refuses rather than swaps).
 litgpt_reqs=("litgpt==$LITGPT_VERSION" requests pytest pytest-timeout)  # jsonargparse needs requests for litgpt's CLI
 fabric_core_reqs=(-e . -e plugins/fabric-core-ddp -e plugins/fabric-core-fsdp)
-# lightning.pytorch (imported by `import lightning`, which LitGPT does) imports Lightning Fabric's cuda, mps and
-# xla accelerator modules, its deepspeed strategy and precision, its bitsandbytes precision and its tensorboard
-# logger at import time; in zero-edit mode those paths are served by the plugins that declare them. Their
-# third-party dependencies (deepspeed, bitsandbytes, tensorboard) are not needed to import them: --no-deps.
-path_plugins=(-e plugins/fabric-core-cuda -e plugins/fabric-core-mps -e plugins/fabric-core-xla
-    -e plugins/fabric-core-deepspeed -e plugins/fabric-core-bitsandbytes -e plugins/fabric-core-tensorboard)
+# lightning.pytorch (imported by `import lightning`, which LitGPT does) imports Lightning Fabric's cuda, mps and xla
+# accelerator modules, its deepspeed strategy and precision, its bitsandbytes precision and its tensorboard logger at
+# import time. No plugin for those is installed: fabric-core serves those paths itself while their plugins are absent
+# (fabric_core/_absent.py), which is what a user who runs `pip install litgpt fabric-core` gets.
 plan="$(pip install --dry-run --no-build-isolation -c "$constraints" "${litgpt_reqs[@]}" "${fabric_core_reqs[@]}" 2>/dev/null | grep '^Would install' || true)"
 if grep -Eq '(^| )torch-[0-9]' <<<"$plan"; then
     echo "litgpt_check: refusing to continue, pip would replace torch: $plan" >&2
     exit 1
 fi
 pip install --quiet --no-build-isolation -c "$constraints" "${litgpt_reqs[@]}" "${fabric_core_reqs[@]}"
-pip install --quiet --no-build-isolation --no-deps "${path_plugins[@]}"
 
 python - <<PY
 import importlib.metadata as md
