@@ -14,6 +14,8 @@ from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConf
 
 __all__ = [
     "ENV_OVERRIDES",
+    "LIGHTNING_CLI_ENV",
+    "LIGHTNING_ENV_OVERRIDES",
     "PRECISION_ALIASES",
     "check_device_count",
     "check_logger",
@@ -42,6 +44,10 @@ ENV_OVERRIDES: Final = {
     "num_nodes": "FABRIC_CORE_NUM_NODES",
     "precision": "FABRIC_CORE_PRECISION",
 }
+#: The variables Lightning's own ``fabric run`` sets, by argument (zero-edit mode runs that command).
+LIGHTNING_ENV_OVERRIDES: Final = {arg: "LT_" + arg.upper() for arg in ENV_OVERRIDES}
+#: Set by Lightning's ``fabric run``: the processes exist, and the code's arguments may not contradict it.
+LIGHTNING_CLI_ENV: Final = "LT_CLI_USED"
 DEFAULTS: Final[dict[str, Any]] = {
     "accelerator": "auto",
     "strategy": "auto",
@@ -52,18 +58,33 @@ DEFAULTS: Final[dict[str, Any]] = {
 
 
 def from_environment(args: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Let ``FABRIC_CORE_*`` variables (set by ``fabric-core run``) replace the code's arguments."""
+    """Let the variables a command line set replace the code's arguments.
+
+    ``FABRIC_CORE_*`` (``fabric-core run``) come first; an argument the code gives that differs is an error.
+    Lightning's ``LT_*`` (its ``fabric run``, which zero-edit mode runs) are read as Lightning's connector
+    reads them: a differing argument is an error only while ``LT_CLI_USED=1``, else the variable wins.
+
+    Raises:
+        InvalidConfigError: The code's argument contradicts the command line's.
+    """
     merged = dict(args)
+    lightning_cli = environ.get(LIGHTNING_CLI_ENV) == "1"
     for arg, var in ENV_OVERRIDES.items():
-        if var not in environ:
-            continue
-        value: Any = environ[var]
         code = args[arg]
-        if code != DEFAULTS[arg] and str(code).lower() != str(value).lower():
+        if var in environ:
+            value: Any = environ[var]
+            clash = code != DEFAULTS[arg] and str(code).lower() != str(value).lower()
+            option = arg.replace("_", "-")
+        elif LIGHTNING_ENV_OVERRIDES[arg] in environ:
+            value = environ[LIGHTNING_ENV_OVERRIDES[arg]]
+            clash = lightning_cli and str(code) != str(DEFAULTS[arg]) and str(code) != value
+            option = arg  # Lightning's message spells the option as the argument
+        else:
+            continue
+        if clash:
             raise InvalidConfigError(
-                f"Your code has `Fabric({arg}={code!r}, ...)` but it conflicts with the value "
-                f"`--{arg.replace('_', '-')}={value}` set through the CLI. Remove it either from the CLI or "
-                "from the Fabric object.",
+                f"Your code has `Fabric({arg}={code!r}, ...)` but it conflicts with the value `--{option}={value}` "
+                "set through the CLI. Remove it either from the CLI or from the Fabric object.",
                 argument=arg,
                 value=code,
             )

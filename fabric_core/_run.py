@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fabric_core._arguments import ENV_OVERRIDES
+from fabric_core._arguments import ENV_OVERRIDES, LIGHTNING_CLI_ENV, LIGHTNING_ENV_OVERRIDES
 from fabric_core._manager import PluginManager
 from fabric_core._run_checks import (
     MONITOR_INTERVAL,
@@ -222,13 +222,21 @@ def _run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
     return _torchrun(torchrun_args, restarts, meeting=(args.node_rank, args.num_nodes, where, meeting))
 
 
-def set_run_environment(values: dict[str, str | None]) -> None:
-    """Set what ``Fabric()`` reads in the processes this one starts: that ``fabric-core run`` started them, its
-    PID, and each given option (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``) as its
-    ``FABRIC_CORE_*`` variable (``None``: left unset)."""
-    os.environ[CLI_ENV] = "1"
-    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-    for arg, var in ENV_OVERRIDES.items():
+def set_run_environment(values: dict[str, str | None], *, lightning: bool = False) -> None:
+    """Set what ``Fabric()`` reads in the processes this one starts: that a command line started them, and each
+    given option (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``; ``None``: left unset).
+
+    Args:
+        values: The options, by argument name.
+        lightning: Set Lightning's variables, as its ``fabric run`` does (``LT_CLI_USED=1``, ``LT_*``), instead
+            of ``fabric-core run``'s (``FABRIC_CORE_CLI_USED=1``, this launcher's PID, ``FABRIC_CORE_*``).
+    """
+    if lightning:
+        os.environ[LIGHTNING_CLI_ENV] = "1"
+    else:
+        os.environ[CLI_ENV] = "1"
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    for arg, var in (LIGHTNING_ENV_OVERRIDES if lightning else ENV_OVERRIDES).items():
         value = values.get(arg)
         if value is not None:
             os.environ[var] = value

@@ -25,9 +25,12 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+from fabric_core._arguments import LIGHTNING_CLI_ENV
+
 __all__ = [
     "CLI_ENV",
     "LAUNCHER_PID_ENV",
+    "LIGHTNING_CLI_ENV",
     "WATCH_SECONDS",
     "launched_by_cli",
     "run_script",
@@ -37,8 +40,6 @@ __all__ = [
 
 #: Set by ``fabric-core run``: the processes exist already and ``Fabric()`` joins them.
 CLI_ENV: Final = "FABRIC_CORE_CLI_USED"
-#: Set by Lightning's own ``fabric run``: a program it started (in zero-edit mode) gets Lightning's CLI rules.
-LIGHTNING_CLI_ENV: Final = "LT_CLI_USED"
 #: Set by ``fabric-core run`` to its own PID; every worker's parent is that process.
 LAUNCHER_PID_ENV: Final = "FABRIC_CORE_LAUNCHER_PID"
 #: How often the fallback watcher looks at the parent.

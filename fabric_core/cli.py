@@ -1,17 +1,22 @@
-"""The ``fabric-core`` command line: ``list-plugins``, ``explain`` and ``run``.
+"""The command lines: ``fabric-core`` (list-plugins, explain, consolidate, run) and Lightning's ``fabric``.
 
 ``list-plugins`` without ``--check`` reads only the catalog: it imports neither torch nor any component.
+At Lightning's path ``lightning.fabric.cli`` (zero-edit mode) this module is also Lightning's ``fabric``
+console script: its click commands ``_main``, ``_run`` and ``_consolidate`` are built on first access, and
+only where click is installed, as Lightning defines them only then.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, get_args, overload
 
 from fabric_core._deferred import lightning_reexports, reexports
 from fabric_core._manager import PluginManager, get_manager
@@ -23,12 +28,6 @@ if TYPE_CHECKING:
     from fabric_core.strategies.registry import STRATEGY_REGISTRY
 
 __all__ = ["STRATEGY_REGISTRY", "main"]
-
-
-# Lightning's CLI module imports the strategy registry; the same read view of the catalog, on first access.
-__getattr__ = reexports(
-    __name__, {"STRATEGY_REGISTRY": "fabric_core.strategies.registry"}, fallback=lightning_reexports(__name__)
-)
 
 
 def _entry_row(entry: Entry, check: bool) -> dict[str, Any]:
@@ -174,7 +173,7 @@ def build_parser(runners: Sequence[tuple[str, Any]] = ()) -> argparse.ArgumentPa
     return parser
 
 
-def _consolidate(args: argparse.Namespace) -> int:
+def _consolidate_folder(args: argparse.Namespace) -> int:
     from fabric_core.io.distributed import consolidate
 
     try:
@@ -223,37 +222,63 @@ def _runners_if_run(argv: Sequence[str]) -> list[tuple[str, Any]]:
         return []
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fabric-core`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+@overload
+def main(args: Sequence[str] | None = None) -> int: ...
+
+
+@overload
+def main(args: argparse.Namespace, script_args: list[str] | None = None) -> None: ...
+
+
+def main(args: Sequence[str] | argparse.Namespace | None = None, script_args: list[str] | None = None) -> int | None:
+    """Entry point of the ``fabric-core`` console script; also Lightning's ``main(args, script_args)``.
+
+    Args:
+        args: The ``fabric-core`` command line (``sys.argv[1:]`` if ``None``); or, as Lightning calls it, the
+            parsed options of its ``fabric run`` (a ``Namespace``): then Lightning's variables are set and
+            ``args.script`` is started through torchrun, as Lightning's ``fabric run`` starts it.
+        script_args: The script's own arguments (Lightning's call only).
+
+    Returns:
+        The exit code of the ``fabric-core`` command; ``None`` for Lightning's call.
+    """
+    if isinstance(args, argparse.Namespace):
+        _set_env_variables(args)
+        _torchrun_launch(args, script_args or [])
+        return None
+    argv = list(sys.argv[1:] if args is None else args)
     parser = build_parser(_runners_if_run(argv))
-    args = parser.parse_args(argv)
+    parsed = parser.parse_args(argv)
     try:
         manager = get_manager()  # reads the switches: a bad value is one line, not a traceback
-        if args.command == "list-plugins":
+        if parsed.command == "list-plugins":
             with _plugin_output_to_stderr():
                 manager.catalog  # noqa: B018 - discovery, imports and registration hooks
-            return _list_plugins(args, manager)
-        if args.command == "explain":
-            return _explain(args, manager)
-        if args.command == "consolidate":
-            return _consolidate(args)
+            return _list_plugins(parsed, manager)
+        if parsed.command == "explain":
+            return _explain(parsed, manager)
+        if parsed.command == "consolidate":
+            return _consolidate_folder(parsed)
         from fabric_core._run import run_command
 
-        return run_command(args, manager)
+        return run_command(parsed, manager)
     except FabricCoreError as exc:
-        print(f"fabric-core {args.command}: {exc}", file=sys.stderr)
+        print(f"fabric-core {parsed.command}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `fabric-core list-plugins | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
-# -- Lightning's private names of its ``cli`` module, over ``fabric-core run`` ---------------------------------
+# -- Lightning's ``cli`` module: its ``fabric`` command (click) and the helpers behind it ----------------------
 
+_log = logging.getLogger(__name__)
 _CLICK_AVAILABLE = RequirementCache("click")
 _LIGHTNING_SDK_AVAILABLE = RequirementCache("lightning_sdk")
 _SUPPORTED_ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
+#: Lightning's click commands: ``_main`` is the ``fabric`` console script's group, ``_run`` and ``_consolidate``
+#: its two commands. Built on first access (only with click installed), so that this module stays light.
+_CLICK_COMMANDS: Final = ("_main", "_run", "_consolidate")
 
 
 def _get_supported_strategies() -> list[str]:
@@ -267,7 +292,7 @@ def _get_supported_strategies() -> list[str]:
 
 
 def _set_env_variables(args: argparse.Namespace) -> None:
-    """Set the variables ``fabric-core run`` sets for the processes it starts (``Fabric()`` reads them there).
+    """Set the ``LT_*`` variables Lightning's ``fabric run`` sets; ``Fabric()`` reads them in the processes.
 
     Args:
         args: ``accelerator``, ``strategy``, ``devices``, ``num_nodes`` and ``precision`` (``None``: not set).
@@ -281,7 +306,8 @@ def _set_env_variables(args: argparse.Namespace) -> None:
         {
             arg: None if value is None and arg not in ("devices", "num_nodes") else str(value)
             for arg, value in values.items()
-        }
+        },
+        lightning=True,
     )
 
 
@@ -300,26 +326,129 @@ def _get_num_processes(accelerator: str | None, devices: str) -> int:
 
 
 def _torchrun_launch(args: argparse.Namespace, script_args: list[str]) -> None:
-    """Start ``args.script`` in new processes through torchrun, as ``fabric-core run`` does.
+    """Start ``args.script`` in new processes with torchrun, handing it exactly the arguments Lightning hands it.
+
+    The workers run the script itself (not ``fabric-core run``'s worker wrapper) and meet at
+    ``--main-address``/``--main-port`` (default 29400), as Lightning's ``fabric run`` starts them, so a job file
+    written for Lightning starts the same processes. ``fabric-core run`` is the launcher with more guarantees.
 
     Args:
         args: Lightning's ``run`` options (``script``, ``accelerator``, ``strategy``, ``devices``, ``num_nodes``,
-            ``node_rank``, ``main_address``, ``main_port``, ``precision``).
+            ``node_rank``, ``main_address``, ``main_port``).
         script_args: The script's own arguments.
-
-    Raises:
-        SystemExit: The run failed, with its exit code.
     """
-    argv = ["run"]
-    for option in ("accelerator", "strategy", "devices", "num_nodes", "node_rank", "main_address", "main_port"):
-        value = getattr(args, option, None)
-        if value is not None:
-            argv += [f"--{option.replace('_', '-')}", str(value)]
-    if getattr(args, "precision", None) is not None:
-        argv += ["--precision", str(args.precision)]
-    code = main([*argv, str(args.script), *script_args])
-    if code:
-        raise SystemExit(code)
+    from fabric_core.utilities._process_group import suggested_max_num_threads
+
+    num_processes = 1 if args.strategy == "dp" else _get_num_processes(args.accelerator, args.devices)
+    torchrun_args = [
+        f"--nproc_per_node={num_processes}",
+        f"--nnodes={args.num_nodes}",
+        f"--node_rank={args.node_rank}",
+        f"--master_addr={args.main_address}",
+        f"--master_port={args.main_port}",
+        str(args.script),
+        *script_args,
+    ]
+    # The local processes share the CPUs (Lightning's default gives each of them all of them).
+    os.environ.setdefault("OMP_NUM_THREADS", str(suggested_max_num_threads(max(num_processes, 1))))
+    # Looked up at each call, as Lightning does, so that a stand-in in sys.modules is the one called.
+    from torch.distributed.run import main as torchrun
+
+    torchrun(torchrun_args)
+
+
+def _click_commands() -> dict[str, Any]:
+    """Lightning's ``fabric`` command group with its ``run`` and ``consolidate`` commands, by their names here.
+
+    The options, their spellings, choices and defaults are Lightning's; ``run`` ends in :func:`main`, and
+    ``consolidate`` calls this module's ``_process_cli_args``, ``_load_distributed_checkpoint`` and
+    ``torch.save`` as they are at the time of the call (a test may replace any of them here).
+    """
+    import click
+
+    from fabric_core.plugins.precision.precision import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+
+    this = sys.modules[__name__]
+
+    @click.group()
+    def _main() -> None:
+        """Lightning Fabric's command line, on fabric-core."""
+
+    @_main.command("run", context_settings={"ignore_unknown_options": True})
+    @click.argument("script", type=click.Path(exists=True))
+    @click.option("--accelerator", type=click.Choice(_SUPPORTED_ACCELERATORS), default=None, help="The kind of device.")
+    @click.option(
+        "--strategy",
+        type=click.Choice(_get_supported_strategies()),
+        default=None,
+        help="How the processes share the work (`fabric-core list-plugins --kind strategy --all`).",
+    )
+    @click.option("--devices", type=str, default="1", help="Devices per node: a count, ids such as '0,1', or 'auto'.")
+    @click.option("--num-nodes", "--num_nodes", type=int, default=1, help="How many machines run the job.")
+    @click.option(
+        "--node-rank", "--node_rank", type=int, default=0, help="This machine's index, from 0 to num_nodes - 1."
+    )
+    @click.option("--main-address", "--main_address", type=str, default="127.0.0.1", help="Host name or IP of node 0.")
+    @click.option("--main-port", "--main_port", type=int, default=29400, help="The port node 0 listens on.")
+    @click.option(
+        "--precision",
+        type=click.Choice(get_args(_PRECISION_INPUT_STR) + get_args(_PRECISION_INPUT_STR_ALIAS)),
+        default=None,
+        help="Numeric precision, e.g. 32-true, bf16-mixed, 16-mixed, 64-true.",
+    )
+    @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+    def _run(**kwargs: Any) -> None:
+        """Start SCRIPT on the processes (and nodes) the options ask for, through torchrun.
+
+        SCRIPT is a Python file that creates a Fabric object; SCRIPT_ARGS are handed to it unchanged.
+        `fabric-core run` takes the same options and adds restarts and workers tied to the launcher.
+        """
+        script_args = list(kwargs.pop("script_args", []))
+        try:
+            this.main(args=argparse.Namespace(**kwargs), script_args=script_args)
+        except FabricCoreError as exc:  # a value Fabric(...) would refuse: one line, no traceback
+            raise click.ClickException(str(exc)) from None
+
+    @_main.command("consolidate", context_settings={"ignore_unknown_options": True})
+    @click.argument("checkpoint_folder", type=click.Path(exists=True))
+    @click.option(
+        "--output_file",
+        type=click.Path(),
+        default=None,
+        help="The file to write; it must not exist (default: the folder's path with '.consolidated' added).",
+    )
+    def _consolidate(checkpoint_folder: str, output_file: str | None) -> None:
+        """Write the sharded checkpoint in CHECKPOINT_FOLDER as one file that `torch.load` reads."""
+        args = argparse.Namespace(checkpoint_folder=checkpoint_folder, output_file=output_file)
+        config = this._process_cli_args(args)
+        checkpoint = this._load_distributed_checkpoint(config.checkpoint_folder)
+        this.torch.save(checkpoint, config.output_file)
+
+    return {"_main": _main, "_run": _run, "_consolidate": _consolidate}
+
+
+_lightning_names = reexports(
+    __name__, {"STRATEGY_REGISTRY": "fabric_core.strategies.registry"}, fallback=lightning_reexports(__name__)
+)
+
+
+def __getattr__(name: str) -> Any:
+    """Lightning's names of this module, on first access: its click commands, ``torch`` and its re-exports."""
+    if name == "torch":  # Lightning's module imports torch; here only once something asks for it
+        return importlib.import_module("torch")
+    if name in _CLICK_COMMANDS:
+        if not _CLICK_AVAILABLE:
+            raise AttributeError(
+                f"module {__name__!r} has no attribute {name!r}: Lightning's `fabric` commands need click "
+                "(`pip install click`); `fabric-core run` works without it."
+            )
+        try:
+            commands = _click_commands()
+        except AttributeError as exc:  # raised from here it would read "no attribute '_main'" and hide the cause
+            raise RuntimeError(f"Lightning's `fabric` commands could not be built: {exc}") from exc
+        globals().update(commands)  # built once
+        return commands[name]
+    return _lightning_names(name)
 
 
 if __name__ == "__main__":  # pragma: no cover

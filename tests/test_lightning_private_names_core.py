@@ -689,17 +689,17 @@ def test_cli_names(monkeypatch: pytest.MonkeyPatch) -> None:
     for accelerator, devices in (("cpu", "3"), ("auto", "auto"), ("cpu", "1"), (None, "2")):
         same("cli", "_get_num_processes", accelerator, devices)
     same("cli", "_get_num_processes", "tpu", "1", phrase="TPU through the CLI is not supported")
-    for var in ("FABRIC_CORE_ACCELERATOR", "FABRIC_CORE_PRECISION", "FABRIC_CORE_CLI_USED", "FABRIC_CORE_DEVICES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr("os.environ", dict(__import__("os").environ))
-    args = argparse.Namespace(accelerator="cpu", strategy=None, devices="2", num_nodes=1, precision=None)
-    ours._set_env_variables(args)
     import os
 
     from fabric_core.connector import _is_using_cli
 
-    assert os.environ["FABRIC_CORE_ACCELERATOR"] == "cpu" and os.environ["FABRIC_CORE_DEVICES"] == "2"
-    assert "FABRIC_CORE_PRECISION" not in os.environ and "FABRIC_CORE_STRATEGY" not in os.environ
+    args = argparse.Namespace(accelerator="cpu", strategy=None, devices="2", num_nodes=1, precision=None)
+    seen = []
+    for module in (theirs, ours):  # Lightning's variables, set as Lightning's `fabric run` sets them
+        monkeypatch.setattr("os.environ", {k: v for k, v in os.environ.items() if not k.startswith("LT_")})
+        module._set_env_variables(args)
+        seen.append({k: v for k, v in os.environ.items() if k.startswith("LT_")})
+    assert seen[0] == seen[1] == {"LT_CLI_USED": "1", "LT_ACCELERATOR": "cpu", "LT_DEVICES": "2", "LT_NUM_NODES": "1"}
     assert _is_using_cli()
 
 

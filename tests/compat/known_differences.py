@@ -31,12 +31,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "lightning_fabric.plugins.io.xla.XLACheckpointIO.__init__(**kwargs)": (DELIBERATE, "ours takes its one option by keyword (zip_crc32); Lightning forwards *args/**kwargs to a base that takes none"),
     "lightning_fabric.accelerators.xla.XLAAccelerator.__init__(**kwargs)": (DELIBERATE, "the XLA accelerator takes no arguments; Lightning's forwards them to a base that takes none"),
     "lightning_fabric.accelerators.xla.XLAAccelerator.__init__(*args)": (DELIBERATE, "the XLA accelerator takes no arguments; Lightning's forwards them to a base that takes none"),
-    "lightning_fabric.cli.main(args)": (DELIBERATE, "our CLI is `fabric-core run/list-plugins/explain`, not Lightning's click app"),
-    "lightning_fabric.cli.main(script_args)": (DELIBERATE, "our CLI is `fabric-core run/list-plugins/explain`, not Lightning's click app"),
 }
 
 # Parameters both have, with different defaults.
 DEFAULTS: dict[str, tuple[str, str]] = {
+    "lightning_fabric.cli.main(args)": (DELIBERATE, "the same function is the fabric-core console script, whose argument list defaults to sys.argv; Lightning's call passes args"),
     "lightning_fabric.plugins.io.torch_io.TorchCheckpointIO.load_checkpoint(map_location)": (DELIBERATE, "None loads to the CPU as Lightning's identity lambda does"),
     "lightning_fabric.plugins.io.xla.XLACheckpointIO.load_checkpoint(map_location)": (DELIBERATE, "None loads to the CPU as Lightning's identity lambda does"),
     "lightning_fabric.plugins.precision.deepspeed.DeepSpeedPrecision.__init__(precision)": (DELIBERATE, "ours defaults to '32-true'; passing it works in both"),
@@ -67,14 +66,11 @@ MODULE_LEVEL: dict[str, tuple[str, str]] = {
     "lightning_fabric._graveyard.tpu._patch_classes": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
     "lightning_fabric._graveyard.tpu._patch_sys_modules": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
     "lightning_fabric._graveyard.tpu.rank_zero_deprecation": (DELIBERATE, "Lightning's private module that creates its deprecated TPU paths at import; the xla plugin declares those paths (fabric_core_xla.tpu), where the classes are"),
-    "lightning_fabric.cli._main": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
-    "lightning_fabric.cli._run": (DELIBERATE, "Lightning's click command group (defined only with click installed); our CLI is `fabric-core run`, whose helpers are cli's other private names"),
 }
 
 # Behaviour cases of test_behaviour.py (compat_cases.CASES ids; "2-ranks:<part>" for compat_job.PARTS) that differ.
 # A positional call that binds to another parameter here (see test_positional_arguments_bind_to_the_same_parameters).
 POSITIONS: dict[str, tuple[str, str]] = {
-    "lightning_fabric.cli.main(args)": (DELIBERATE, "Lightning's is a click command; both take the argument list as their one positional argument"),
 }
 
 BEHAVIOUR: dict[str, tuple[str, str]] = {
