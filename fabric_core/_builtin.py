@@ -8,12 +8,12 @@ Its selection hooks are ``trylast``: they give the core's default answer when no
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import Entry, Registry, SelectionContext
+    from fabric_core.plugin_api import Entry, ModuleRegistry, Registry, SelectionContext
 
 _P = "fabric_core.precision"
 _E = "fabric_core.environments"
@@ -104,6 +104,34 @@ def fabric_core_register_runners(registry: Registry) -> None:
         "fabric_core._run:run_torchrun",
         description="The default: torchrun starts --devices processes on this node (--num-nodes nodes in all).",
     )
+
+
+#: Lightning's module paths of the core's own components: each is the implementing module itself, so a
+#: module-level name patched at Lightning's path (``plugins.environments.mpi._MPI4PY_AVAILABLE``,
+#: ``strategies.launchers.multiprocessing.mp``) is the one the code reads. The other Lightning paths of the core
+#: are modules of their own under ``fabric_core/`` (``plugins/precision/precision.py``, ...).
+LIGHTNING_PATHS: Final = {
+    "plugins.environments.cluster_environment": "fabric_core.environments.environment",
+    "plugins.environments.kubeflow": "fabric_core.environments.kubeflow",
+    "plugins.environments.lightning": "fabric_core.environments.lightning",
+    "plugins.environments.lsf": "fabric_core.environments.lsf",
+    "plugins.environments.mpi": "fabric_core.environments.mpi",
+    "plugins.environments.slurm": "fabric_core.environments.slurm",
+    "plugins.environments.torchelastic": "fabric_core.environments.torchelastic",
+    "plugins.io.checkpoint_io": "fabric_core.io.checkpoint_io",
+    "plugins.io.torch_io": "fabric_core.io.torch_io",
+    "plugins.precision.amp": "fabric_core.precision.mixed",
+    "plugins.precision.double": "fabric_core.precision.double",
+    "plugins.precision.half": "fabric_core.precision.half",
+    "strategies.launchers.launcher": "fabric_core.launchers.launcher",
+    "strategies.launchers.multiprocessing": "fabric_core.launchers.multiprocessing",
+}
+
+
+@hookimpl
+def fabric_core_register_modules(registry: ModuleRegistry) -> None:
+    for path, module in LIGHTNING_PATHS.items():
+        registry.add(path, module)
 
 
 @hookimpl(trylast=True)

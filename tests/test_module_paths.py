@@ -80,7 +80,11 @@ def test_every_lightning_module_path_imports_under_fabric_core() -> None:
         assert result[path].startswith("fabric_core_"), (path, result[path])
     assert result["strategies.ddp"] == "fabric_core_ddp.ddp"
     assert result["plugins.precision.fsdp"] == "fabric_core_fsdp.precision"
-    assert result["plugins.precision.double"] == "fabric_core.plugins.precision.double"
+    # A core component's path is its implementing module (the built-in plugin declares it), so a name patched
+    # at Lightning's path is the one the code reads.
+    assert result["plugins.precision.double"] == "fabric_core.precision.double"
+    assert result["plugins.environments.mpi"] == "fabric_core.environments.mpi"
+    assert result["plugins.precision.precision"] == "fabric_core.plugins.precision.precision"  # a module of its own
 
 
 def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
@@ -281,3 +285,16 @@ def test_xla_classes_at_lightnings_package_paths_are_lazy_and_name_the_plugin_wh
     for line, name in zip(lines, ("XLAEnvironment", "TPUAccelerator", "SingleTPUStrategy")):
         assert f"`{name}` comes with the fabric-core plugin fabric-core-xla" in line
         assert "blocked by FABRIC_CORE_BLOCK_PLUGINS" in line
+
+
+def test_a_name_patched_at_a_core_components_lightning_path_is_the_one_the_code_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fabric_core.plugins.environments.mpi as lightning_path
+    from fabric_core.environments import mpi
+    from fabric_core.plugins.environments import MPIEnvironment
+
+    assert lightning_path is mpi
+    monkeypatch.setattr(lightning_path, "_MPI4PY_AVAILABLE", False)  # how Lightning's tests pretend it is absent
+    with pytest.raises(ModuleNotFoundError, match="needs mpi4py"):
+        MPIEnvironment()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 from typing import Any
 
 from fabric_core.environments._env import check_world_size, find_free_network_port, topology_of_hosts
 from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.utilities._requirements import RequirementCache
 
 __all__ = ["MPIEnvironment"]
+
+#: Truthy when mpi4py is installed (checked on first use). Lightning's name at this module's Lightning path
+#: (``plugins.environments.mpi``), where tests patch it to pretend either way.
+_MPI4PY_AVAILABLE = RequirementCache("mpi4py")
 
 
 class MPIEnvironment(ClusterEnvironment):
@@ -125,7 +129,7 @@ def _world_communicator() -> Any:
 
     Imported here, not at module level: importing ``mpi4py.MPI`` initialises MPI.
     """
-    if importlib.util.find_spec("mpi4py") is None:
+    if not _MPI4PY_AVAILABLE:
         return None
     from mpi4py import MPI
 

@@ -254,3 +254,16 @@ def _malformed(nodelist: str, reason: str) -> InvalidConfigError:
         argument="SLURM_NODELIST",
         value=nodelist,
     )
+
+
+# Lightning's private helpers at this module's Lightning path (``plugins.environments.slurm``).
+
+
+def _is_srun_used() -> bool:
+    """Whether ``srun`` started this process: ``SLURM_NTASKS`` is set and the job is not interactive."""
+    return SLURMEnvironment.detect()
+
+
+def _is_slurm_interactive_mode() -> bool:
+    """Whether the SLURM job is interactive (``salloc``, ``srun --pty bash``), judged by its job name."""
+    return SLURMEnvironment.job_name() in _INTERACTIVE_JOB_NAMES

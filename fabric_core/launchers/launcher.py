@@ -31,3 +31,7 @@ class Launcher(ABC):
     @abstractmethod
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Start the other processes, run ``function(*args, **kwargs)`` in each, return rank 0's result."""
+
+
+#: Lightning's name for the class at this module's Lightning path (``strategies.launchers.launcher``).
+_Launcher = Launcher

@@ -238,3 +238,11 @@ def _run_worker(process_index: int, payload: tuple[Any, ...], results: Any, fail
         raise
     if process_index == 0:
         results.put(pickle.dumps(move_data_to_device(output, "cpu")))
+
+
+# Lightning's private names at this module's Lightning path (``strategies.launchers.multiprocessing``).
+_MultiProcessingLauncher = MultiProcessingLauncher
+_GlobalStateSnapshot = GlobalState
+_check_bad_cuda_fork = check_can_fork
+_check_missing_main_guard = check_main_guard
+_disable_module_memory_sharing = _unshare_module_memory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import torch
 from torch.amp import GradScaler
@@ -57,3 +57,15 @@ class MixedPrecision(LossScaling):
             scaler = GradScaler(self.device)
         self._conversions = mixed_conversions(self.device, dtype)
         self.init_scaling(scaler)
+
+
+# Lightning's private helper at this module's Lightning path (``plugins.precision.amp``).
+def _optimizer_handles_unscaling(optimizer: Any) -> bool:
+    """Whether ``optimizer.step`` unscales the gradients itself (torch's fused optimizers say so by a flag).
+
+    The flag (``_step_supports_amp_scaling``) is a torch internal: reliable for torch's own optimizers only.
+    """
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+# Lightning Fabric's names that its own module at this path imports from its other modules.
