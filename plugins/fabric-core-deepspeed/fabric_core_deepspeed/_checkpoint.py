@@ -32,6 +32,7 @@ __all__ = [
     "engines_in",
     "extras_from_client_state",
     "is_checkpoint_folder",
+    "is_single_file",
     "load_folder",
     "model_states_file",
     "split_state",
@@ -165,6 +166,12 @@ def is_checkpoint_folder(path: str | os.PathLike[str]) -> bool:
     return folder.is_dir() and (folder / TAG).is_dir()
 
 
+def is_single_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a checkpoint file of its own: a file, but not one inside a checkpoint folder."""
+    file = Path(path)
+    return file.is_file() and not any(is_checkpoint_folder(outer) for outer in (file.parent, file.parent.parent))
+
+
 def check_folder(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``.
 
@@ -173,20 +180,20 @@ def check_folder(path: str | os.PathLike[str]) -> Path:
             one (the tag sub-folder, or a file in it), the message names the folder to pass instead.
     """
     folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"The DeepSpeed checkpoint folder {os.fspath(path)!r} does not exist.")
     if is_checkpoint_folder(folder):
         return folder
+    invalid = f"The provided path is not a valid DeepSpeed checkpoint: {os.fspath(path)}"
+    what = "a file" if folder.is_file() else "a subfolder"
     for outer in (folder.parent, folder.parent.parent):
         if is_checkpoint_folder(outer):
             raise FileNotFoundError(
-                f"{os.fspath(path)!r} is not a DeepSpeed checkpoint folder but lies inside one. Load the "
-                f"checkpoint folder itself: {outer}"
+                f"{invalid}. It looks like you passed the path to {what} inside a DeepSpeed checkpoint folder. Try "
+                f"to load using this parent directory instead: {outer}"
             )
+    reason = "nothing exists there" if not folder.exists() else f"it has no {TAG!r} sub-folder"
     raise FileNotFoundError(
-        f"{os.fspath(path)!r} is not a DeepSpeed checkpoint written by `fabric.save` with the DeepSpeed "
-        f"strategy: it has no {TAG!r} sub-folder. Pass the folder given to `fabric.save(path, ...)`, or a "
-        "single file consolidated with `fabric_core_deepspeed.consolidate(folder, output)`."
+        f"{invalid} ({reason}). Pass the folder given to `fabric.save(path, ...)` with the DeepSpeed strategy, or "
+        "a single file consolidated with `fabric_core_deepspeed.consolidate(folder, output)`."
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "LIGHTNING_CONFIG_PATH_VARIABLE",
     "OFFLOAD_DEVICES",
     "STAGES",
+    "ConfigFileNotFoundError",
     "add_batch_size",
     "add_precision",
     "check_choice",
@@ -37,12 +38,16 @@ OFFLOAD_DEVICES: Final = ("cpu", "nvme")
 #: Why the strategy's clipping methods refuse: DeepSpeed clips inside its optimizer step, as its config says.
 CLIPPING_MESSAGE: Final = (
     "DeepSpeed handles gradient clipping automatically within the optimizer. Make sure to set the "
-    "`gradient_clipping` value in your config: `DeepSpeedStrategy(config={..., 'gradient_clipping': 1.0})`, or "
+    "`gradient_clipping` value in your Config: `DeepSpeedStrategy(config={..., 'gradient_clipping': 1.0})`, or "
     "`fabric.strategy.config['gradient_clipping'] = 1.0` before `fabric.setup(...)`."
 )
 #: The config sections each precision adds (when the config lacks them).
 _FP16: Final = frozenset({"16-mixed", "16-true"})
 _BF16: Final = frozenset({"bf16-mixed", "bf16-true"})
+
+
+class ConfigFileNotFoundError(InvalidConfigError, FileNotFoundError):
+    """``DeepSpeedStrategy(config=PATH)`` names no file (a ``FileNotFoundError`` too, as Lightning raises)."""
 
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, Any] | None:
@@ -54,7 +59,8 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> di
             unset).
 
     Raises:
-        InvalidConfigError: The file does not exist or is not a JSON object.
+        ConfigFileNotFoundError: The file does not exist.
+        InvalidConfigError: The file is not a JSON object.
     """
     if config is None:
         variable = next((name for name in CONFIG_PATH_VARIABLES if name in os.environ), None)
@@ -66,9 +72,9 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> di
         return copy.deepcopy(dict(config))
     path = Path(config)
     if not path.is_file():
-        raise InvalidConfigError(
-            f"`DeepSpeedStrategy(config={os.fspath(config)!r})`: you passed in a path to a DeepSpeed config but the "
-            "path does not exist (or is not a file). Pass an existing JSON file or a dict.",
+        raise ConfigFileNotFoundError(
+            f"You passed in a path to a DeepSpeed config but the path does not exist: {os.fspath(config)} (or it is "
+            "not a file). Pass `DeepSpeedStrategy(config=...)` an existing JSON file or a dict.",
             argument="config",
             value=config,
         )

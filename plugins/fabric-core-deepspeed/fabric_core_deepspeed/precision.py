@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, supported
+from fabric_core.errors import InvalidConfigError
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -43,9 +44,18 @@ class DeepSpeedPrecision(FloatCastPrecision):
     """
 
     def __init__(self, precision: str = "32-true") -> None:
-        dtype = supported(_DTYPES, precision, f"`precision={precision!r}`", where=" in DeepSpeed")
+        dtype = _DTYPES.get(precision)
+        if dtype is None:
+            raise InvalidConfigError(
+                f"`DeepSpeedPrecision(precision={precision!r})` is not supported in DeepSpeed. `precision` must be one "
+                f"of: {', '.join(repr(name) for name in _DTYPES)}.",
+                argument="precision",
+                value=precision,
+            )
         self.precision = precision
         self.dtype: Final = dtype
+        #: Lightning's name for :attr:`dtype`.
+        self._desired_dtype: Final = dtype
         # Inputs always go to the engine's dtype; only "-true" half precisions create and cast the module
         # in it (DeepSpeed casts the others itself). The forward has no context of its own.
         self._conversions = Conversions(

@@ -6,9 +6,10 @@ import contextlib
 import copy
 import logging
 import os
+import platform
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor
 from torch.nn import Module
@@ -19,12 +20,14 @@ from fabric_core.io.atomic import write_folder_collectively
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
 from fabric_core.utilities.types import PathLike
-from fabric_core_deepspeed import _checkpoint, _config
+from fabric_core_deepspeed import _checkpoint, _comm, _config
 
-# Lightning's private names at its ``strategies.deepspeed`` path, which this module backs (hence unused here).
+# The order of Lightning's positional parameters, and Lightning's private names at its ``strategies.deepspeed`` path,
+# which this module backs (most of them unused here).
 from fabric_core_deepspeed._lightning import (  # noqa: F401
     _DEEPSPEED_AVAILABLE,
     _DEEPSPEED_GREATER_EQUAL_0_16,
+    POSITIONAL,
     _format_precision_config,
     _get_deepspeed_engines_from_state,
     _is_deepspeed_checkpoint,
@@ -40,23 +43,6 @@ if TYPE_CHECKING:
     from fabric_core.precision.precision import Precision
 
 __all__ = ["DeepSpeedStrategy"]
-
-
-#: The parameters a call may pass by position, in Lightning's order (own options and wiring mixed).
-# fmt: off
-_POSITIONAL: Final = (
-    "accelerator", "zero_optimization", "stage", "remote_device", "offload_optimizer", "offload_parameters",
-    "offload_params_device", "nvme_path", "params_buffer_count", "params_buffer_size", "max_in_cpu",
-    "offload_optimizer_device", "optimizer_buffer_count", "block_size", "queue_depth", "single_submit",
-    "overlap_events", "thread_count", "pin_memory", "sub_group_size", "contiguous_gradients", "overlap_comm",
-    "allgather_partitions", "reduce_scatter", "allgather_bucket_size", "reduce_bucket_size",
-    "zero_allow_untested_optimizer", "logging_batch_size_per_gpu", "config", "logging_level", "parallel_devices",
-    "cluster_environment", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
-    "partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
-    "synchronize_checkpoint_boundary", "load_full_weights", "precision", "process_group_backend", "timeout",
-    "exclude_frozen_parameters"
-)
-# fmt: on
 
 
 class DeepSpeedStrategy(ParallelStrategy):
@@ -122,7 +108,7 @@ class DeepSpeedStrategy(ParallelStrategy):
     #: Lightning's variable naming a config file (``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` is read first).
     DEEPSPEED_ENV_VAR: ClassVar[str] = _config.LIGHTNING_CONFIG_PATH_VARIABLE
 
-    @wired(ParallelWiring, positional=_POSITIONAL, start_method="popen")
+    @wired(ParallelWiring, positional=POSITIONAL, start_method="popen")
     def __init__(
         self,
         zero_optimization: bool = True,
@@ -230,9 +216,18 @@ class DeepSpeedStrategy(ParallelStrategy):
     def config(self) -> dict[str, Any]:
         """The DeepSpeed config given to ``deepspeed.initialize`` (changes made here before setup count).
 
-        The precision's ``fp16``/``bf16`` section and a micro batch size are added on first access after the
-        precision is known, unless the config already has them.
+        As in Lightning, it is the config as given (or built from the options) until the processes are set up
+        (:meth:`setup_environment`); then the precision's ``fp16``/``bf16`` section and a micro batch size are
+        added, unless the config has them.
         """
+        return self._config
+
+    @config.setter
+    def config(self, config: dict[str, Any]) -> None:
+        self._config = config
+
+    def _format_config(self) -> dict[str, Any]:
+        """Add what the precision needs and a micro batch size to the config (Lightning's name); return it."""
         _config.add_precision(self._config, self.precision.precision, self._loss_scaling)
         _config.add_batch_size(self._config, self.logging_batch_size_per_gpu)
         return self._config
@@ -279,47 +274,47 @@ class DeepSpeedStrategy(ParallelStrategy):
         _ = self.precision
 
     def setup_environment(self) -> None:
-        """Join the process group, then let DeepSpeed's communication layer use it.
-
-        DeepSpeed reads its ranks from ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-        ``MASTER_PORT``; they are set for this process from the cluster environment.
+        """Join the process group, let DeepSpeed's communication layer use it, then complete the config.
 
         Raises:
+            RuntimeError: The devices' indices are not the local ranks (see :meth:`init_process_group`).
             InvalidConfigError: DeepSpeed picked an accelerator other than this process's device type.
         """
         self.set_world_ranks()
-        environment = self.cluster_environment
-        if environment is not None:
-            os.environ.update(
-                RANK=str(self.global_rank),
-                LOCAL_RANK=str(self.local_rank),
-                WORLD_SIZE=str(self.world_size),
-                MASTER_ADDR=environment.main_address,
-                MASTER_PORT=str(environment.main_port),
-            )
         if self.root_device.type == "cpu":
             # Without this DeepSpeed would take any GPU it finds, whatever `Fabric(accelerator=...)` says.
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         super().setup_environment()
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
+        self._init_deepspeed_distributed()
+        self._format_config()
 
-        deepspeed.utils.logging.logger.setLevel(self._logging_level)
-        chosen = get_accelerator().device_name()
-        if chosen != self.root_device.type:
-            raise InvalidConfigError(
-                f"DeepSpeed runs on {chosen!r} but this process's device is {self.root_device}. Set the environment "
-                f"variable `DS_ACCELERATOR={self.root_device.type}` before DeepSpeed is first imported, or choose "
-                f"`Fabric(accelerator={chosen!r})`.",
-                argument="accelerator",
-                value=self.root_device.type,
-            )
-        deepspeed.init_distributed(
-            dist_backend=self._get_process_group_backend(),
-            auto_mpi_discovery=False,
-            verbose=False,
-            timeout=self._timeout,
-        )
+    def init_process_group(self) -> None:
+        """Check that the device indices are the local ranks, then join the process group.
+
+        DeepSpeed places each process on the device of its local rank, so ``Fabric(devices=[1])`` is refused
+        as in Lightning (select GPUs with ``CUDA_VISIBLE_DEVICES``). CPU devices have no index to check.
+
+        Raises:
+            RuntimeError: The indices are not ``0, 1, ..., n - 1``.
+        """
+        devices = self.parallel_devices or []
+        if devices and all(device.index is not None for device in devices):
+            _validate_device_index_selection(list(devices))
+        super().init_process_group()
+
+    def _init_deepspeed_distributed(self) -> None:
+        """Let DeepSpeed's communication layer use the process group (Lightning's name).
+
+        DeepSpeed reads its ranks from ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+        ``MASTER_PORT``; they are set for this process from the cluster environment, except on Windows, where
+        DeepSpeed sets itself up (as in Lightning).
+        """
+        if platform.system() != "Windows":
+            self._set_node_environment_variables()
+        _comm.init_distributed(self.root_device, self._get_process_group_backend(), self._timeout, self._logging_level)
+
+    def _set_node_environment_variables(self) -> None:
+        os.environ.update(_comm.node_variables(self))
 
     # -- modules and optimizers --------------------------------------------------------------------------
     def setup_module_and_optimizers(
@@ -345,11 +340,13 @@ class DeepSpeedStrategy(ParallelStrategy):
     def setup_module(self, module: Module) -> Module:
         """Wrap a model without an optimizer in a DeepSpeed engine (for evaluation, or stage-3 inference).
 
-        Stages 1 and 2 shard only optimizer state and gradients, and DeepSpeed refuses them without an
-        optimizer: such a model gets an engine without ZeRO.
+        With an ``optimizer`` section in the config, DeepSpeed builds the optimizer and the engine keeps the
+        config's stage, as in Lightning. Without one, stages 1 and 2 have nothing to shard (they shard
+        optimizer state and gradients) and DeepSpeed refuses them: such a model gets an engine without ZeRO,
+        where Lightning fails with DeepSpeed's "zero stage 2 requires an optimizer".
         """
         config = None
-        if self.zero_stage in (1, 2):
+        if self.zero_stage in (1, 2) and "optimizer" not in self._format_config():
             config = copy.deepcopy(self.config)
             config["zero_optimization"]["stage"] = 0
         engine, _, _ = self._initialize_engine(module, config=config)
@@ -380,7 +377,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         index = self.root_device.index
         engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(
             args=argparse.Namespace(device_rank=index) if index is not None else None,
-            config=config if config is not None else self.config,
+            config=config if config is not None else self._format_config(),
             model=module,
             model_parameters=[p for p in module.parameters() if p.requires_grad],
             optimizer=optimizer,
@@ -421,7 +418,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         import deepspeed
 
         init: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(
-            enabled=True, remote_device=self.remote_device, config_dict_or_path=self.config
+            enabled=True, remote_device=self.remote_device, config_dict_or_path=self._format_config()
         )
         return init
 
@@ -515,12 +512,13 @@ class DeepSpeedStrategy(ParallelStrategy):
             TypeError: ``storage_options`` or ``filter`` was given: DeepSpeed writes its own files.
             ValueError: ``state`` holds no DeepSpeed model, or more than one.
         """
+        reasons = {"storage_options": "does not use the `CheckpointIO`", "filter": "manages the state serialization"}
         for name, value in (("storage_options", storage_options), ("filter", filter)):
             if value is not None:
                 raise TypeError(
                     f"`{type(self).__name__}.save_checkpoint(..., {name}=...)` is not supported because "
-                    f"`{type(self).__name__}` does not use the `CheckpointIO`: DeepSpeed writes each rank's "
-                    f"shards itself. Remove `{name}`, or consolidate the folder to one file first."
+                    f"`{type(self).__name__}` {reasons[name]} internally: DeepSpeed writes each rank's shards itself. "
+                    f"Remove `{name}`, or consolidate the folder to one file first."
                 )
         layout = _checkpoint.split_state(state, self._engines, "save")
         extras = self.state_to_save(layout.extras)
@@ -547,22 +545,26 @@ class DeepSpeedStrategy(ParallelStrategy):
         """Restore ``state`` from a DeepSpeed checkpoint folder, or from a single (consolidated) file.
 
         From a folder, ``state`` must hold the model set up by this strategy (DeepSpeed restores its module and,
-        if ``state`` holds it, its optimizer); the other entries are restored from the client state. A file is
-        loaded like any checkpoint file, into the whole module even under stage 3.
+        if ``state`` holds it, its optimizer); the other entries are restored from the client state. A file (not
+        one inside a checkpoint folder) is loaded like any checkpoint file, into the whole module even under
+        stage 3.
 
         Returns:
             The extras of the checkpoint that ``state`` did not ask for.
 
         Raises:
             ValueError: ``state`` is empty or holds no DeepSpeed model (folder), or more than one.
-            FileNotFoundError: ``path`` is neither a file nor a checkpoint folder of this strategy.
+            FileNotFoundError: ``path`` is neither a file nor a checkpoint folder of this strategy, or lies inside
+                one (the message names the folder).
             KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
             CheckpointError: A file holds objects a checkpoint does not consist of (unless
                 ``weights_only=False``), or is damaged.
         """
-        if os.path.isfile(path) or isinstance(state, (Module, Optimizer)):
+        if isinstance(state, (Module, Optimizer)) or _checkpoint.is_single_file(path):
             return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
         if self.load_full_weights:
+            if os.path.isfile(path):
+                _checkpoint.check_folder(path)  # a file inside a checkpoint folder: the message names the folder
             raise FileNotFoundError(
                 f"`DeepSpeedStrategy(load_full_weights=True)` loads a single checkpoint file with the full weights, "
                 f"but {os.fspath(path)!r} is not a file. Pass the consolidated file, or `load_full_weights=False` "
@@ -570,7 +572,7 @@ class DeepSpeedStrategy(ParallelStrategy):
             )
         if not state:
             raise ValueError(
-                f"Got `DeepSpeedStrategy.load_checkpoint(..., state={state!r})` but a state with at least a model "
+                f"Got DeepSpeedStrategy.load_checkpoint(..., state={state!r}) but a state with at least a model "
                 "instance to reload is required. Pass it in like so: `fabric.load(path, state={'model': model, ...})`."
             )
         return _checkpoint.load_folder(self, self._engines, _checkpoint.check_folder(path), state, strict, weights_only)

@@ -225,8 +225,9 @@ def test_save_errors(seen: list[dict[str, Any]]) -> None:
 
 def test_load_errors(seen: list[dict[str, Any]]) -> None:
     errors = seen[0]["errors"]
-    assert errors["load_empty_state"].startswith("ValueError: Got `DeepSpeedStrategy.load_checkpoint(..., state={})`")
-    assert errors["load_missing_folder"].startswith("FileNotFoundError: The DeepSpeed checkpoint folder")
+    assert errors["load_empty_state"].startswith("ValueError: Got DeepSpeedStrategy.load_checkpoint(..., state={})")
+    assert errors["load_missing_folder"].startswith("FileNotFoundError: The provided path is not a valid DeepSpeed")
+    assert "(nothing exists there)" in errors["load_missing_folder"]
     assert "has no 'checkpoint' sub-folder" in errors["load_not_a_checkpoint"]
 
 

@@ -19,7 +19,8 @@ EXPECTED_STAGE = {name: defaults.get("stage", 2) for name, (defaults, _) in _plu
 
 
 def parsed(strategy: DeepSpeedStrategy) -> Any:
-    return DeepSpeedConfig(strategy.config)
+    """The config as DeepSpeed reads it once the processes are set up (which completes it)."""
+    return DeepSpeedConfig(strategy._format_config())
 
 
 def build(name: str, precision: str = "32-true", **options: Any) -> DeepSpeedStrategy:
@@ -77,7 +78,8 @@ def test_zero_optimization_off_gives_stage_0() -> None:
 def test_a_config_dict_is_copied_and_completed() -> None:
     given = {"zero_optimization": {"stage": 3}, "gradient_clipping": 0.5}
     strategy = DeepSpeedStrategy(config=given, stage=1, precision=DeepSpeedPrecision("bf16-mixed"))
-    assert strategy.config == {
+    assert strategy.config == given  # as given until the processes are set up, as in Lightning
+    assert strategy._format_config() is strategy.config == {
         "zero_optimization": {"stage": 3}, "gradient_clipping": 0.5, "bf16": {"enabled": True},
         "train_micro_batch_size_per_gpu": 1}  # fmt: skip
     assert given == {"zero_optimization": {"stage": 3}, "gradient_clipping": 0.5}
@@ -88,7 +90,7 @@ def test_a_config_dict_is_copied_and_completed() -> None:
 def test_a_config_with_its_own_batch_size_and_precision_sections_is_kept() -> None:
     given = {"train_batch_size": 4, "bf16": {"enabled": True, "immediate_grad_update": False}}
     strategy = DeepSpeedStrategy(config=given, precision=DeepSpeedPrecision("bf16-true"))
-    assert strategy.config == given
+    assert strategy._format_config() == given
     assert parsed(strategy).train_batch_size == 4
 
 
@@ -124,8 +126,8 @@ def test_lightnings_config_path_variable_is_honoured_and_logged(
 
 def test_the_precision_section_is_announced_as_in_lightning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="fabric_core"):
-        _ = build("deepspeed", "bf16-mixed").config
-        _ = build("deepspeed", "16-mixed").config
+        build("deepspeed", "bf16-mixed")._format_config()
+        build("deepspeed", "16-mixed")._format_config()
     assert [m for m in caplog.messages if m.startswith("Enabling DeepSpeed")] == [
         "Enabling DeepSpeed BF16. Model parameters and inputs will be cast to `bfloat16`.",
         "Enabling DeepSpeed FP16. Model parameters and inputs will be cast to `float16`.",
@@ -133,8 +135,9 @@ def test_the_precision_section_is_announced_as_in_lightning(caplog: pytest.LogCa
 
 
 def test_config_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(InvalidConfigError, match=r"config=.*missing.json.*path does not exist"):
+    with pytest.raises(InvalidConfigError, match=r"the path does not exist: .*missing.json") as missing:
         DeepSpeedStrategy(config=tmp_path / "missing.json")
+    assert isinstance(missing.value, FileNotFoundError)
     broken = tmp_path / "broken.json"
     broken.write_text("{stage: 2")
     with pytest.raises(InvalidConfigError, match=r"not valid JSON"):
@@ -156,12 +159,12 @@ def test_config_file_errors(tmp_path: Path) -> None:
 def test_a_config_contradicting_the_precision_is_rejected(config: dict[str, Any], precision: str, match: str) -> None:
     strategy = DeepSpeedStrategy(config=config, precision=DeepSpeedPrecision(precision))
     with pytest.raises(InvalidConfigError, match=match):
-        strategy.config  # noqa: B018 - the property completes and checks the config
+        strategy._format_config()
 
 
 def test_a_disabled_half_section_does_not_contradict() -> None:
     strategy = DeepSpeedStrategy(config={"fp16": {"enabled": False}}, precision=DeepSpeedPrecision("bf16-mixed"))
-    assert strategy.config["bf16"] == {"enabled": True}
+    assert strategy._format_config()["bf16"] == {"enabled": True}
 
 
 @pytest.mark.parametrize(

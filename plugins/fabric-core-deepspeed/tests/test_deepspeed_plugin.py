@@ -119,7 +119,7 @@ def test_a_strategy_instance_also_gets_deepspeeds_precision() -> None:
     selection = choose(strategy=DeepSpeedStrategy(stage=3), precision="bf16-mixed")
     strategy = build(selection).strategy
     assert strategy.precision.precision == "bf16-mixed"
-    assert strategy.config["bf16"] == {"enabled": True}
+    assert strategy._format_config()["bf16"] == {"enabled": True}
 
 
 def test_other_strategies_keep_the_core_precisions() -> None:

@@ -132,12 +132,30 @@ def error_checks(fabric: Any) -> dict[str, Any]:
     seen["other_engine"] = type(other._forward_module).__name__
     alone = fabric.setup(make_model())  # no optimizer: an engine for evaluation
     seen["model_alone"] = [type(alone._forward_module).__name__, list(alone(torch.ones(3, 4)).shape)]
+    seen["model_alone_stage"] = alone._forward_module.zero_optimization_stage()
+    return seen
+
+
+def config_optimizer_checks() -> dict[str, Any]:
+    """A config with an ``optimizer`` section: DeepSpeed builds it, so a model alone keeps the config's stage."""
+    from fabric_core import Fabric
+    from fabric_core_deepspeed import DeepSpeedStrategy
+
+    config = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}
+    strategy = DeepSpeedStrategy(config={**config, "zero_allow_untested_optimizer": True}, timeout=COLLECTIVE_TIMEOUT)
+    fabric = Fabric(accelerator="cpu", strategy=strategy, devices=2)
+    seen: dict[str, Any] = {"config_before_launch": sorted(strategy.config)}
+    fabric.launch()
+    seen["config_after_launch"] = sorted(strategy.config)
+    engine = fabric.setup(make_model())._forward_module
+    seen["stage_and_optimizer"] = [engine.zero_optimization_stage(), type(engine.optimizer).__name__]
     return seen
 
 
 def worker(fabric: Any, out_dir: str) -> None:
     seen: dict[str, Any] = {"stage_1": train(fabric)}
     seen["errors"] = error_checks(fabric)
+    seen["config_optimizer"] = config_optimizer_checks()
     for stage in (2, 3):
         seen[f"stage_{stage}"] = train(new_fabric(f"deepspeed_stage_{stage}"))
         seen[f"stage_{stage}_bf16"] = train(new_fabric(f"deepspeed_stage_{stage}", "bf16-mixed"))
@@ -220,6 +238,19 @@ def test_backward_with_several_models_needs_the_model(seen: list[dict[str, Any]]
 
 def test_a_model_without_optimizer_gets_an_engine(seen: list[dict[str, Any]]) -> None:
     assert seen[0]["errors"]["model_alone"] == ["DeepSpeedEngine", [3, 2]]
+    assert seen[0]["errors"]["model_alone_stage"] == 0  # stage 1 has nothing to shard without an optimizer
+
+
+def test_a_model_alone_keeps_the_stage_when_the_config_has_an_optimizer(seen: list[dict[str, Any]]) -> None:
+    # As in Lightning: DeepSpeed builds the config's optimizer and shards it with the config's stage.
+    for rank in range(WORLD_SIZE):
+        assert seen[rank]["config_optimizer"]["stage_and_optimizer"] == [2, "DeepSpeedZeroOptimizer"]
+
+
+def test_the_config_is_completed_when_the_processes_are_set_up(seen: list[dict[str, Any]]) -> None:
+    checks = seen[0]["config_optimizer"]
+    assert checks["config_before_launch"] == ["optimizer", "zero_allow_untested_optimizer", "zero_optimization"]
+    assert checks["config_after_launch"] == sorted([*checks["config_before_launch"], "train_micro_batch_size_per_gpu"])
 
 
 def test_raw_backward_is_refused(seen: list[dict[str, Any]]) -> None:
