@@ -11,7 +11,8 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
 from torch import Tensor
@@ -20,18 +21,20 @@ from torch.distributed.tensor import DTensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import InvalidConfigError, PathIsADirectoryError
+from fabric_core.io.distributed import is_distributed_checkpoint
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.init import materialize_distributed_module
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
+from fabric_core_fsdp._wrapper import has_fsdp1_units
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["STATE_DICT_TYPES", "ShardedStrategy", "move_metrics_to_device"]
+__all__ = ["STATE_DICT_TYPES", "FilteredShardsError", "ShardedStrategy", "is_sharded_module", "move_metrics_to_device"]
 
 STATE_DICT_TYPES: Final = ("sharded", "full")
 # Wrappers that put a segment into parameter names but not into state-dict keys.
@@ -43,6 +46,18 @@ def clean_name(name: str) -> str:
     for segment in _NAME_SEGMENTS:
         name = name.replace(segment, "")
     return name
+
+
+class FilteredShardsError(InvalidConfigError, NotImplementedError):
+    """``filter=`` with a sharded checkpoint (a ``NotImplementedError`` too, as in Lightning)."""
+
+
+def is_sharded_module(module: object) -> bool:
+    """Whether ``module`` is a module whose parameters are sharded: DTensors (FSDP2, tensor parallel) or FSDP1
+    units."""
+    if not isinstance(module, Module):
+        return False
+    return any(isinstance(p, DTensor) for p in module.parameters()) or has_fsdp1_units(module)
 
 
 def move_metrics_to_device(module: Module, device: torch.device) -> None:
@@ -74,6 +89,9 @@ class ShardedStrategy(ParallelStrategy):
         InvalidConfigError: An unknown ``start_method`` or ``state_dict_type``.
     """
 
+    #: How the error for a checkpoint state without a sharded model names it (Lightning's word per strategy).
+    model_kind: ClassVar[str] = "distributed"
+
     @wired(ParallelWiring, start_method="popen")
     def __init__(self, state_dict_type: str = "sharded", **wiring: Unpack[ParallelWiring]) -> None:
         super().__init__(**wiring)
@@ -103,7 +121,8 @@ class ShardedStrategy(ParallelStrategy):
         """
         if self._device_mesh is None:
             raise RuntimeError(
-                f"`{type(self).__name__}.device_mesh` exists once the processes run: call `fabric.launch()` first."
+                "Accessing the device mesh before processes have initialized is not allowed: "
+                f"`{type(self).__name__}.device_mesh` exists once the processes run. Call `fabric.launch()` first."
             )
         return self._device_mesh
 
@@ -248,29 +267,49 @@ class ShardedStrategy(ParallelStrategy):
     ) -> None:
         """Save ``state`` as a sharded folder or, with ``state_dict_type="full"``, one file written by rank 0.
 
-        Must be called on every rank.
+        Must be called on every rank. ``state`` must hold a model set up by this strategy (more than one is
+        fine), as in Lightning.
 
         Raises:
             TypeError: ``storage_options`` was given.
-            InvalidConfigError: ``filter`` with a sharded checkpoint (it works with ``state_dict_type="full"``).
+            FilteredShardsError: ``filter`` with a sharded checkpoint (it works with ``state_dict_type="full"``).
+            InvalidConfigError: ``state`` holds no sharded model (a ``ValueError``, as in Lightning).
+            PathIsADirectoryError: A full checkpoint's path is a folder other than a sharded checkpoint.
         """
+        name = type(self).__name__
         if storage_options is not None:
             raise TypeError(
-                f"`{type(self).__name__}.save_checkpoint(..., storage_options={storage_options!r})`: "
-                "`storage_options` is not supported. Pass `storage_options=None`."
+                f"`{name}.save_checkpoint(..., storage_options=...)` is not supported: `{name}` writes each rank's "
+                f"shards itself (got `storage_options={storage_options!r}`). Pass `storage_options=None`."
             )
-        if self._state_dict_type == "full":
-            _state.save_full(self, path, state, filter)
-            return
-        if filter is not None:
-            raise InvalidConfigError(
-                f"`fabric.save(..., filter=...)` is not supported with `{type(self).__name__}"
-                "(state_dict_type='sharded')`: each rank writes its shards as they are. Save with "
+        if filter is not None and self._state_dict_type == "sharded":
+            raise FilteredShardsError(
+                f"`fabric.save(..., filter=...)`: {name} doesn't support loading sharded filtered checkpoints, so "
+                f"saving them is disabled: each rank writes its shards as they are. Save with "
                 "`state_dict_type='full'` to filter, or filter after `consolidate(...)`.",
                 argument="filter",
                 value=filter,
             )
-        _state.save_sharded(self, path, state)
+        full = self._state_dict_type == "full"
+        if full and Path(path).is_dir() and not is_distributed_checkpoint(path):
+            raise PathIsADirectoryError(
+                f"The checkpoint path exists and is a directory: {os.fspath(path)}. A full checkpoint is one file and "
+                "replaces only a file or a sharded checkpoint folder: choose another path.",
+                argument="path",
+                value=os.fspath(path),
+            )
+        if not any(is_sharded_module(value) for value in state.values()):
+            raise InvalidConfigError(
+                f"Could not find a {self.model_kind} model in the provided checkpoint state. Please provide the model "
+                "as part of the state like so: `fabric.save(path, {'model': model, ...})`. Make sure you set up the "
+                f"model (and optimizers if any) through `fabric.setup(...)` before saving the checkpoint (got the "
+                f"keys {sorted(state)}).",
+                argument="state",
+            )
+        if full:
+            _state.save_full(self, path, state, filter)
+        else:
+            _state.save_sharded(self, path, state)
 
     def load_checkpoint(
         self,

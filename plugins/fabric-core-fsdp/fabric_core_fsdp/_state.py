@@ -57,10 +57,15 @@ from fabric_core.utilities.types import Stateful
 if TYPE_CHECKING:
     from fabric_core.strategies.parallel import ParallelStrategy
 
-__all__ = ["load", "save_full", "save_sharded"]
+__all__ = ["NotACheckpointError", "load", "save_full", "save_sharded"]
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 Filter = Mapping[str, Callable[[str, Any], bool]]
+
+
+class NotACheckpointError(CheckpointError, ValueError):
+    """A folder that is not a sharded checkpoint, where one was to be loaded (a ``ValueError`` too, as in
+    Lightning)."""
 
 
 def _split(state: Mapping[str, Any]) -> tuple[dict[str, Module], dict[str, Optimizer], dict[str, Any]]:
@@ -218,7 +223,8 @@ def load(
     Raises:
         FileNotFoundError: Nothing at ``path``.
         KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
-        InvalidConfigError: A lone module or optimizer with a sharded folder (name it in a dict instead).
+        InvalidConfigError: A lone module or optimizer with a folder (name it in a dict instead).
+        NotACheckpointError: ``path`` is a folder but not a sharded checkpoint.
         CheckpointError: A file of the checkpoint is missing, truncated or damaged, or holds objects that
             ``weights_only`` refused.
     """
@@ -227,19 +233,28 @@ def load(
     if target is None:
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)
+    if isinstance(state, (Module, Optimizer)) and target.is_dir():
+        raise InvalidConfigError(
+            f"The given path must be a single file containing the full state dict: {os.fspath(path)!r} is a folder. "
+            "Load a sharded checkpoint with a dict naming what to restore, e.g. "
+            "`fabric.load(path, {'model': model, 'optimizer': optimizer})`.",
+            argument="path",
+            value=os.fspath(path),
+        )
+    if target.is_dir() and not sharded:
+        raise NotACheckpointError(
+            f"The path {os.fspath(path)!r} does not point to a valid checkpoint. Make sure the path points to either "
+            "a directory with checkpoint shards (written by `torch.distributed.checkpoint`: it has a '.metadata' "
+            "file), or a single file with a full checkpoint.",
+            path=os.fspath(path),
+            reason="corrupt",
+        )
     if not state:
         if sharded:
             return load_distributed_checkpoint(path, weights_only=weights_only)
         loaded: dict[str, Any] = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
         return loaded
     if isinstance(state, (Module, Optimizer)):
-        if sharded:
-            raise InvalidConfigError(
-                f"{os.fspath(path)!r} is a sharded checkpoint folder; load it with a dict naming what to restore, "
-                "e.g. `fabric.load(path, {'model': model, 'optimizer': optimizer})`.",
-                argument="path",
-                value=os.fspath(path),
-            )
         checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
         key = "model" if isinstance(state, Module) else "optimizer"
         _restore_full({key: state}, {key: checkpoint}, strict, set_up)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -156,6 +156,8 @@ class FSDPStrategy(ShardedStrategy):
             ``ValueError``); ``cpu_offload`` on the CPU accelerator.
         UnknownShardingStrategyError: An unknown ``sharding_strategy`` name (also a ``KeyError``).
     """
+
+    model_kind: ClassVar[str] = "FSDP"
 
     @wired(
         ParallelWiring,

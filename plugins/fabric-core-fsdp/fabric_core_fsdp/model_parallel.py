@@ -12,11 +12,12 @@ from torch.nn import Module
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core_fsdp._sharded import ShardedStrategy
+from fabric_core_fsdp._wrapper import has_fsdp1_units
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["MESH_DIMS", "MeshShapeError", "ModelParallelStrategy", "build_device_mesh"]
+__all__ = ["MESH_DIMS", "FSDP1ModuleError", "MeshShapeError", "ModelParallelStrategy", "build_device_mesh"]
 
 #: Names of the mesh dimensions; ``fabric.strategy.device_mesh["tensor_parallel"]`` is the TP sub-mesh.
 MESH_DIMS: Final = ("data_parallel", "tensor_parallel")
@@ -24,6 +25,10 @@ MESH_DIMS: Final = ("data_parallel", "tensor_parallel")
 
 class MeshShapeError(InvalidConfigError, RuntimeError):
     """Mesh sizes that do not multiply to the world size (a ``RuntimeError`` too, as in Lightning)."""
+
+
+class FSDP1ModuleError(InvalidConfigError, TypeError):
+    """A module wrapped with FSDP1's ``FullyShardedDataParallel`` (a ``TypeError`` too, as in Lightning)."""
 
 
 def build_device_mesh(
@@ -117,7 +122,7 @@ class ModelParallelStrategy(ShardedStrategy):
         """``(data_parallel_size, tensor_parallel_size)`` with ``"auto"`` resolved.
 
         Raises:
-            InvalidConfigError: The sizes do not multiply to the world size.
+            MeshShapeError: The sizes do not multiply to the world size (a ``RuntimeError`` too, as in Lightning).
         """
         dp, tp = self._data_parallel_size, self._tensor_parallel_size
         world = self.world_size
@@ -129,9 +134,10 @@ class ModelParallelStrategy(ShardedStrategy):
         elif tp is None:
             tp = max(world // dp, 1)
         if dp * tp != world:
-            raise InvalidConfigError(
-                f"`ModelParallelStrategy(data_parallel_size={dp}, tensor_parallel_size={tp})`: {dp} x {tp} = {dp * tp} "
-                f"ranks but the job has {world} ({self.num_nodes} node(s) x {self.num_processes} device(s)).",
+            raise MeshShapeError(
+                f"The sizes `ModelParallelStrategy(data_parallel_size={dp}, tensor_parallel_size={tp})` multiplied "
+                f"should equal the world size: {dp} x {tp} = {dp * tp} ranks but the job has {world} "
+                f"({self.num_nodes} node(s) x {self.num_processes} device(s)).",
                 argument="tensor_parallel_size",
                 value=tp,
             )
@@ -144,9 +150,32 @@ class ModelParallelStrategy(ShardedStrategy):
         return {"num_replicas": dp, "rank": self.global_rank // tp}
 
     def setup_environment(self) -> None:
-        """Join the process group, then build the 2-D device mesh."""
+        """Check the mesh sizes, join the process group, then build the 2-D device mesh.
+
+        Raises:
+            MeshShapeError: The sizes do not multiply to the world size (before any process group exists).
+        """
+        shape = self.mesh_shape
         super().setup_environment()
-        self._device_mesh = build_device_mesh(*self.mesh_shape, self.world_size, self.root_device)
+        self._device_mesh = build_device_mesh(*shape, self.world_size, self.root_device)
+
+    def setup_module(self, module: Module) -> Module:
+        """Parallelize ``module`` with ``parallelize_fn`` (see :meth:`shard_module`).
+
+        Raises:
+            FSDP1ModuleError: ``module`` holds ``FullyShardedDataParallel`` (FSDP1) units: ``parallelize_fn``
+                applies FSDP2's ``fully_shard`` instead, as in Lightning.
+        """
+        if has_fsdp1_units(module):
+            raise FSDP1ModuleError(
+                "Found modules that are wrapped with `torch.distributed.fsdp.FullyShardedDataParallel`. The "
+                f"`{type(self).__name__}` only supports the new FSDP2 APIs in PyTorch >= 2.4: apply "
+                "`torch.distributed.fsdp.fully_shard` in `parallelize_fn`, or use `Fabric(strategy='fsdp1')` for "
+                "FSDP1 modules.",
+                argument="module",
+                value=type(module).__name__,
+            )
+        return super().setup_module(module)
 
     def shard_module(self, module: Module) -> Module:
         """Call ``parallelize_fn(module, device_mesh)``.

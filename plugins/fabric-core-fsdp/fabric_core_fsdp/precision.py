@@ -9,7 +9,7 @@ from torch.amp import GradScaler
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, supported, true_conversions
+from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, true_conversions
 from fabric_core.precision.scaling import LossScaling
 
 __all__ = ["FSDPPrecision"]
@@ -54,11 +54,18 @@ class FSDPPrecision(LossScaling):
     def __init__(
         self, precision: str = "32-true", scaler: GradScaler | None = None, *, device: str | torch.device = "cuda"
     ):
-        mode = supported(_MODES, precision, f"`FSDPPrecision(precision={precision!r})`")
+        mode = _MODES.get(precision)
+        if mode is None:
+            raise InvalidConfigError(
+                f"`FSDPPrecision(precision={precision!r})` is not supported in FSDP. `precision` must be one of: "
+                f"{', '.join(repr(name) for name in _MODES)}.",
+                argument="precision",
+                value=precision,
+            )
         if scaler is not None and precision != "16-mixed":
             raise InvalidConfigError(
-                f"`FSDPPrecision(precision={precision!r}, scaler=...)`: only '16-mixed' scales the loss. "
-                "Pass `scaler=None`, or use `precision='16-mixed'`.",
+                f"`FSDPPrecision(precision={precision!r}, scaler=...)`: `precision={precision!r}` does not use a "
+                "scaler; only '16-mixed' scales the loss. Pass `scaler=None`, or use `precision='16-mixed'`.",
                 argument="scaler",
                 value=scaler,
             )

@@ -111,6 +111,25 @@ def test_tensor_parallel_sharded_checkpoint_round_trip(tp_job: tuple[Path, list[
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("check", "phrase"),
+    [
+        ("a_folder_that_is_no_checkpoint", "does not point to a valid checkpoint"),
+        ("a_module_from_a_folder", "The given path must be a single file containing the full state dict"),
+    ],
+)
+def test_loading_errors_are_lightnings(tp_job: tuple[Path, list[dict[str, Any]]], check: str, phrase: str) -> None:
+    _, ranks = tp_job
+    for report in ranks:
+        if report["lightning"] is None:
+            pytest.skip("lightning_fabric is not installed (the compat extra)")
+        theirs, ours = report["lightning"][check]
+        for is_value_error, message in (theirs, ours):
+            assert is_value_error and phrase in message, message
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
 def test_tensor_parallel_checkpoints_consolidate_to_the_reference(
     tp_job: tuple[Path, list[dict[str, Any]]], tmp_path: Path
 ) -> None:

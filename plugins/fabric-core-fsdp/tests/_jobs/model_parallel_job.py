@@ -87,7 +87,33 @@ def main(fabric: Fabric, outdir: str) -> None:
     out["loaded_step"] = state["step"]
     out["loaded_diff"] = max_difference(loaded, reference)
     out["loaded_lr"] = loaded_optimizer.param_groups[0]["lr"]
+    out["lightning"] = compare_with_lightning(strategy, loaded, Path(outdir))
     Path(outdir, f"rank{rank}.json").write_text(json.dumps(out))
+
+
+def error_of(check: Any, strategy: Any) -> list[Any] | None:
+    """``[is a ValueError, message]`` of what ``check(strategy)`` raises; ``None`` if it returns."""
+    try:
+        check(strategy)
+    except Exception as error:  # the report says which
+        return [isinstance(error, ValueError), str(error)]
+    return None
+
+
+def compare_with_lightning(strategy: ModelParallelStrategy, model: nn.Module, outdir: Path) -> dict[str, Any] | None:
+    """The same loads on Lightning's strategy and ours, with a set-up (DTensor) model: ``{check: [theirs, ours]}``."""
+    try:
+        from lightning_fabric.strategies import ModelParallelStrategy as LightningModelParallelStrategy
+    except ImportError:  # the compat extra is not installed
+        return None
+    theirs = LightningModelParallelStrategy(parallelize_fn=parallelize)
+    empty = outdir / "empty"
+    empty.mkdir(exist_ok=True)
+    checks = {
+        "a_folder_that_is_no_checkpoint": lambda s: s.load_checkpoint(empty, {"model": model}),
+        "a_module_from_a_folder": lambda s: s.load_checkpoint(outdir / "sharded", model),
+    }
+    return {name: [error_of(check, theirs), error_of(check, strategy)] for name, check in checks.items()}
 
 
 if __name__ == "__main__":
