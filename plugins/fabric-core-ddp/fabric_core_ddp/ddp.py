@@ -6,6 +6,7 @@ import contextlib
 import weakref
 from typing import Any
 
+import torch
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -64,9 +65,16 @@ class DDPStrategy(ParallelStrategy):
         return dict(self._ddp_kwargs)
 
     def setup_module(self, module: Module) -> DistributedDataParallel:
-        """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here."""
+        """Wrap ``module`` (already on this process's device); rank 0's weights are broadcast here.
+
+        On a GPU the wrapper is built on a side CUDA stream, as Lightning builds it (PyTorch's CUDA notes on
+        DDP and streams).
+        """
         device_ids = None if self.root_device.type == "cpu" else [self.root_device.index]
-        wrapped = DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+        on_gpu = self.root_device.type == "cuda"
+        side_stream = torch.cuda.stream(torch.cuda.Stream()) if on_gpu else None  # type: ignore[no-untyped-call]
+        with side_stream or contextlib.nullcontext():
+            wrapped = DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
         _stable_buckets.install(wrapped)  # resuming from a checkpoint adds the gradients in the same order
         self._wrapped.append(weakref.ref(wrapped))
         return wrapped

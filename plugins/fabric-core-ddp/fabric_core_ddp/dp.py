@@ -35,7 +35,7 @@ class DataParallelStrategy(ParallelStrategy):
         """Wrap ``module`` in ``DataParallel`` over the parallel devices."""
         devices = self.parallel_devices or []
         device_ids = [d.index for d in devices if d.type != "cpu"] or None
-        return DataParallel(module, device_ids=device_ids)
+        return DataParallel(module=module, device_ids=device_ids)  # by keyword, as Lightning passes it
 
     def get_module_state_dict(self, module: Module) -> dict[str, Any]:
         if isinstance(module, DataParallel):

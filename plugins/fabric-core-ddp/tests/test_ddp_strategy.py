@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 import torch
@@ -149,3 +151,21 @@ def test_lightnings_keyword_and_extra_arguments_of_the_collectives() -> None:
     assert DataParallelStrategy().all_reduce(collection=tensor) is tensor
     assert DataParallelStrategy().barrier("checkpoint", 1, timeout=5) is None
     assert DDPStrategy().barrier("checkpoint", 1, timeout=5) is None
+
+
+@pytest.mark.parametrize("device", [torch.device("cpu"), torch.device("cuda", 0)], ids=["cpu", "cuda"])
+def test_on_a_gpu_the_wrapper_is_built_on_a_side_stream_as_in_lightning(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lightning_ddp = pytest.importorskip("lightning_fabric.strategies.ddp")
+    import fabric_core_ddp.ddp as ours
+
+    entered: list[str] = []
+    for name, module, cls in (("lightning", lightning_ddp, lightning_ddp.DDPStrategy), ("ours", ours, DDPStrategy)):
+        # Mocks stand in for the GPU this machine lacks: the stream, and the wrapper that would need NCCL.
+        stream = Mock(side_effect=lambda _, name=name: entered.append(name) or contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "Stream", Mock())
+        monkeypatch.setattr(torch.cuda, "stream", stream)
+        monkeypatch.setattr(module, "DistributedDataParallel", Mock())
+        cls(parallel_devices=[device], cluster_environment=LightningEnvironment()).setup_module(torch.nn.Linear(2, 2))
+    assert entered == ([] if device.type == "cpu" else ["lightning", "ours"])
