@@ -13,6 +13,7 @@ the optimizer step, a forward is one extra Python call and an optimizer step a d
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -68,20 +69,27 @@ T_destination = TypeVar("T_destination", bound=dict[str, Any])
 def _unwrap_compiled(obj: Any) -> tuple[Any, dict[str, Any] | None]:
     """Lightning's form of :func:`unwrap_compiled`: the module inside ``torch.compile`` and how to compile again.
 
-    The second item is ``None`` for an uncompiled object; otherwise a handle that :func:`_to_compiled` turns
-    back into the same compilation (fabric-core reads it from the compiled module instead of recording the
-    arguments of every ``torch.compile`` call, so it is not ``torch.compile``'s keyword arguments).
+    The second item is ``None`` for an uncompiled object. Otherwise it is the ``torch.compile`` arguments the
+    module recorded (``_compile_kwargs``, as Lightning's wrapper of ``torch.compile`` records them), or, for a
+    module compiled without that record (fabric-core does not wrap ``torch.compile``), a handle that
+    :func:`_to_compiled` turns back into the same compilation, read from the compiled module.
     """
     inner, compiled = unwrap_compiled(obj)
-    return inner, None if compiled is None else {"compiled": compiled}
+    if compiled is None:
+        return inner, None
+    recorded = getattr(compiled, "_compile_kwargs", None)
+    return inner, recorded if recorded is not None else {"compiled": compiled}
 
 
 def _to_compiled(module: Module, compile_kwargs: dict[str, Any]) -> Module:
-    """Compile ``module`` as :func:`_unwrap_compiled` found it (or with ``torch.compile``'s own arguments)."""
+    """Compile ``module`` as :func:`_unwrap_compiled` found it, or with ``torch.compile``'s own arguments (which
+    the result records as ``_compile_kwargs``, as in Lightning)."""
     compiled = compile_kwargs.get("compiled")
     if isinstance(compiled, Module) and len(compile_kwargs) == 1:
         return recompile(module, compiled)
     result: Module = torch.compile(module, **compile_kwargs)  # type: ignore[assignment]
+    recorded: Any = copy.deepcopy(compile_kwargs)
+    result._compile_kwargs = recorded
     return result
 
 
@@ -107,7 +115,7 @@ def _capture_compile_kwargs(compile_fn: Callable[..., Any]) -> Callable[..., Any
             return compile_fn(*args, **kwargs)  # used as a decorator, or compiling a function
         model, *rest = args
         compiled = compile_fn(model, *rest, **kwargs)
-        compiled._compile_kwargs = dict(kwargs)
+        compiled._compile_kwargs = copy.deepcopy(kwargs)
         return compiled
 
     return capture

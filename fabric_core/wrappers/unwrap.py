@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
@@ -33,8 +34,16 @@ def unwrap_compiled(obj: Any) -> tuple[Any, Module | None]:
 
 
 def recompile(module: Module, compiled: Module) -> Module:
-    """Compile ``module`` the way ``compiled`` was compiled (same backend and options)."""
+    """Compile ``module`` the way ``compiled`` was compiled (same backend and options).
+
+    The ``torch.compile`` arguments that Lightning records on a compiled module (``_compile_kwargs``, set by
+    its wrapper of ``torch.compile`` or by :func:`fabric_core.wrappers._capture_compile_kwargs`) are kept on
+    the new one, as Lightning's ``Fabric.setup`` keeps them when it compiles again.
+    """
     recompiled: Module = type(compiled)(module, compiled.dynamo_ctx)
+    compile_kwargs = getattr(compiled, "_compile_kwargs", None)
+    if compile_kwargs is not None:
+        recompiled._compile_kwargs = copy.deepcopy(compile_kwargs)
     return recompiled
 
 
