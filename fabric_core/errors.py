@@ -22,6 +22,7 @@ __all__ = [
     "FabricCoreError",
     "FabricCoreWarning",
     "IncompatiblePluginError",
+    "InteractiveSessionError",
     "InvalidConfigError",
     "InvalidPathError",
     "NoLoggerError",
@@ -35,6 +36,7 @@ __all__ = [
     "RendezvousError",
     "UnknownNameError",
     "UnknownOptionError",
+    "UnknownPrecisionError",
     "UnsafeCheckpointError",
     "describe_failure",
     "install_hint",
@@ -224,6 +226,21 @@ class UnknownNameError(FabricCoreError, ValueError):
         super().__init__(" ".join(lines))
 
 
+class UnknownPrecisionError(UnknownNameError):
+    """A precision that no loaded plugin provides; the message starts with Lightning's sentence.
+
+    Attributes:
+        value: What was passed (``16`` or ``"bf17-mixed"``), before normalisation.
+    """
+
+    def __init__(
+        self, value: object, name: str, choices: Iterable[str], *, unavailable: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__("precision", name, choices, argument="Fabric(precision=...)", unavailable=unavailable)
+        self.value = value
+        self.args = (f"Precision {value!r} is invalid. {self.args[0]}",)
+
+
 class AmbiguousNameError(FabricCoreError, ValueError):
     """Two plugins provide one component name; the user must qualify it as ``"plugin:name"``.
 
@@ -328,6 +345,10 @@ class AcceleratorUnavailableError(InvalidConfigError, RuntimeError):
     """An installed accelerator that cannot run on this machine (a ``RuntimeError`` too, as Lightning raises)."""
 
 
+class InteractiveSessionError(InvalidConfigError, RuntimeError):
+    """A strategy that cannot start its processes from a notebook or REPL (a ``RuntimeError`` too, as Lightning)."""
+
+
 class EnvironmentSetupError(InvalidConfigError, RuntimeError):
     """A scheduler's job settings this process cannot run under (a ``RuntimeError`` too, as Lightning raises)."""
 
@@ -346,6 +367,10 @@ class ParentNotADirectoryError(InvalidPathError, NotADirectoryError, FileExistsE
 
 class PathIsADirectoryError(InvalidPathError, IsADirectoryError):
     """A file to write whose path is an existing folder."""
+
+
+class FolderInTheWayError(InvalidPathError, FileExistsError):
+    """A checkpoint to save where a folder of other files is: replacing it would delete them."""
 
 
 class NoLoggerError(FabricCoreError, IndexError):

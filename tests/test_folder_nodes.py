@@ -57,6 +57,7 @@ def _run_nodes(folders: list[Path]) -> list[dict[str, Any]]:
 
 def _previous_checkpoint(folder: Path) -> None:
     (folder / "ckpt").mkdir(parents=True)
+    (folder / "ckpt" / "meta.pt").write_bytes(b"")  # what marks a checkpoint folder, which a save may replace
     (folder / "ckpt" / "old.txt").write_text("the previous checkpoint")
 
 
@@ -78,6 +79,16 @@ def test_with_a_disk_per_node_each_node_puts_its_own_folder_in_place(tmp_path: P
         # Complete on each node: what that node's ranks wrote replaced that node's previous checkpoint.
         assert [p.name for p in (folder / "ckpt").iterdir()] == [f"rank{rank}.txt"]
         assert sorted(p.name for p in folder.iterdir()) == ["ckpt", f"rank{rank}.json"]
+    assert [r["leftovers"] for r in reports] == [[], []]
+
+
+def test_a_folder_of_other_files_is_refused_on_every_node_and_left_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "train.py").write_text("the user's code, not a checkpoint")
+    reports = _run_nodes([tmp_path, tmp_path])
+    for report in reports:
+        assert report["refused"].startswith("FolderInTheWayError") and "'train.py'" in report["refused"]
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["train.py"]
     assert [r["leftovers"] for r in reports] == [[], []]
 
 

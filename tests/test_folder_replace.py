@@ -24,7 +24,9 @@ needs_exchange = pytest.mark.skipif(atomic._renameat2 is None, reason="renameat2
 
 
 def _folder(path: Path, content: str) -> Path:
+    """A stand-in checkpoint folder: ``meta.pt`` marks it as one (a folder of other files is never replaced)."""
     path.mkdir()
+    (path / "meta.pt").write_bytes(b"")
     (path / "data").write_text(content)
     return path
 
@@ -62,6 +64,24 @@ def test_a_file_saved_over_a_sharded_folder_replaces_it_in_one_step(tmp_path: Pa
         file.write(b"full")
     assert target.read_bytes() == b"full"
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+
+
+def test_a_folder_of_other_files_is_never_replaced_by_a_checkpoint(tmp_path: Path) -> None:
+    from fabric_core.errors import FolderInTheWayError
+
+    target = tmp_path / "runs"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(FolderInTheWayError, match=r"holds other files \('notes.txt'\), not a checkpoint") as info:
+        TorchCheckpointIO().save_checkpoint({"step": 1}, target)
+    assert isinstance(info.value, FileExistsError)
+    with pytest.raises(FolderInTheWayError):
+        replace_path(_write_temp_folder(target, "new"), target)
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["runs"]
+    target.joinpath("notes.txt").unlink()  # an empty folder is nothing to lose
+    TorchCheckpointIO().save_checkpoint({"step": 1}, target)
+    assert target.is_file()
 
 
 @needs_exchange

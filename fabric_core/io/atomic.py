@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import ctypes
 import errno
+import fnmatch
 import os
 import queue
 import re
@@ -32,6 +33,8 @@ __all__ = [
     "replace_path",
     "temp_path_for",
     "wait_for_removals",
+    "folder_in_the_way",
+    "refuse_folder_in_the_way",
     "write_folder_collectively",
 ]
 
@@ -210,6 +213,48 @@ def _exchange(first: Path, second: Path) -> bool:
     raise OSError(code, f"cannot swap {os.fspath(first)!r} and {os.fspath(second)!r}: {os.strerror(code)}")
 
 
+#: What marks a folder as a checkpoint, which a save to its path replaces whole (an empty folder may be replaced
+#: too): torch.distributed.checkpoint's ``.metadata`` and shards, fabric-core's ``meta.pt``, DeepSpeed's ``latest``
+#: and tag folder, torch_xla's shard files, and a run checkpoint's ``COMMITTED`` marker.
+_CHECKPOINT_ENTRIES: Final = (".metadata", "meta.pt", "latest", "checkpoint", "zero_to_fp32.py", "COMMITTED")
+_CHECKPOINT_PATTERNS: Final = ("*.distcp", "checkpoint_rank-*.pth")
+
+
+def folder_in_the_way(target: PathLike) -> str | None:
+    """Why a checkpoint must not replace what is at ``target``: a folder holding something other than a checkpoint.
+
+    Returns:
+        ``None`` where ``target`` is missing, a file, an empty folder or a checkpoint folder; else a sentence
+        naming the folder and some of what it holds.
+    """
+    path = Path(target)
+    if path.is_symlink() or not path.is_dir():
+        return None
+    names = sorted(os.listdir(path))
+    if not names or any(name in _CHECKPOINT_ENTRIES for name in names):
+        return None
+    if any(fnmatch.fnmatch(name, pattern) for name in names for pattern in _CHECKPOINT_PATTERNS):
+        return None
+    shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"{os.fspath(target)!r} is a folder that holds other files ({shown}), not a checkpoint; saving a "
+        "checkpoint there would replace the folder and delete them. Save to another path, or move the folder away."
+    )
+
+
+def refuse_folder_in_the_way(target: PathLike) -> None:
+    """Raise where a checkpoint saved at ``target`` would delete a folder of other files.
+
+    Raises:
+        FolderInTheWayError: ``target`` is a folder holding something other than a checkpoint.
+    """
+    why = folder_in_the_way(target)
+    if why is not None:
+        from fabric_core.errors import FolderInTheWayError
+
+        raise FolderInTheWayError(why, argument="path", value=os.fspath(target))
+
+
 def replace_path(new: PathLike, target: PathLike) -> None:
     """Put ``new`` (a folder or a file) at ``target`` in one step, replacing a folder or file there.
 
@@ -224,8 +269,12 @@ def replace_path(new: PathLike, target: PathLike) -> None:
     Args:
         new: The complete new folder or file, in the same folder as ``target`` (use :func:`temp_path_for`).
         target: The path to replace; it need not exist.
+
+    Raises:
+        FolderInTheWayError: ``target`` is a folder of other files (:func:`folder_in_the_way`); nothing changes.
     """
     new, target = Path(new), Path(target)
+    refuse_folder_in_the_way(target)  # the last line of defence: callers check before writing
     if os.path.lexists(target) and _exchange(new, target):
         _fsync_directory(target.parent)
         _remove(os.fspath(new))
@@ -353,6 +402,7 @@ def atomic_write(path: PathLike) -> Iterator[BinaryIO]:
         The temp file, opened for binary writing.
     """
     target = Path(path)
+    refuse_folder_in_the_way(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(target)
     tmp = temp_path_for(target)
@@ -433,17 +483,25 @@ def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[
     else:
         shared = True
     replacer = ranks.is_global_zero if shared else local == 0
-    if replacer:
+    in_the_way = folder_in_the_way(target) if replacer else None
+    if replacer and in_the_way is None:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(target)
-    mine = os.fspath(temp_path_for(target)) if replacer else ""
+    mine = (os.fspath(temp_path_for(target)) if in_the_way is None else "", in_the_way) if replacer else ("", None)
     if shared:
-        temp = Path(ranks.broadcast(mine, src=0))
+        temp_name, in_the_way = ranks.broadcast(mine, src=0)
     else:
         # Each node's first process names its node's temp folder (its host and pid, for the sweep of a later
         # save on that node); ranks are numbered node by node (node_rank * num_processes + local_rank).
         per_node = int(getattr(ranks, "num_processes", 0)) or ranks.world_size // num_nodes
-        temp = Path([ranks.broadcast(mine, src=n * per_node) for n in range(num_nodes)][node])
+        answers = [ranks.broadcast(mine, src=n * per_node) for n in range(num_nodes)]
+        temp_name = answers[node][0]
+        in_the_way = next((why for _, why in answers if why is not None), None)
+    if in_the_way is not None:  # every rank raises, before anything is written
+        from fabric_core.errors import FolderInTheWayError
+
+        raise FolderInTheWayError(in_the_way, argument="path", value=os.fspath(target))
+    temp = Path(temp_name)
     try:
         write(temp)
         ranks.barrier(f"{name}-save")

@@ -36,7 +36,10 @@ def main(folder: str) -> None:
         temp.mkdir(exist_ok=True)
         (temp / f"rank{rank}.txt").write_text(f"saved by rank {rank}")
 
-    write_folder_collectively(strategy, "ckpt", write, "nodes-job")
+    try:
+        write_folder_collectively(strategy, "ckpt", write, "nodes-job")
+    except OSError as err:  # a folder of other files at the path: refused on every rank before anything is written
+        report["refused"] = f"{type(err).__name__}: {err}"
     report["leftovers"] = sorted(p.name for p in Path().iterdir() if p.name.startswith("."))
     Path(f"rank{rank}.json").write_text(json.dumps(report))
     torch.distributed.destroy_process_group()
