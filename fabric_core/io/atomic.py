@@ -29,12 +29,12 @@ __all__ = [
     "atomic_write",
     "committed_path",
     "existing_committed_path",
+    "folder_in_the_way",
+    "refuse_folder_in_the_way",
     "remove_stale_temps",
     "replace_path",
     "temp_path_for",
     "wait_for_removals",
-    "folder_in_the_way",
-    "refuse_folder_in_the_way",
     "write_folder_collectively",
 ]
 
