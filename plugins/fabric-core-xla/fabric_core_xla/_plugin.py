@@ -71,9 +71,11 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
     """Explain how to get torch_xla when ``"tpu"``/``"xla"`` is asked for without it."""
     if requested not in ("tpu", "xla"):
         return None
-    from fabric_core_xla import device
+    # The accelerator's module (imported next by selection anyway) holds Lightning's `_XLA_AVAILABLE` flag,
+    # read at call time: tests pretend torch_xla is installed by setting it.
+    from fabric_core_xla import accelerator, device
 
-    if device.num_xla_devices() == 0 and not device.xla_installed():
+    if not accelerator._XLA_AVAILABLE and accelerator.XLAAccelerator.auto_device_count() == 0:
         raise MissingPackageError(
             f"`Fabric(accelerator={requested!r})` needs torch_xla, which is not installed. {device.INSTALL_HINT}",
             package="torch_xla",
@@ -130,9 +132,12 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
     """XLA devices run only with the XLA strategies and vice versa; each strategy with its device count."""
     on_xla, xla_strategy = context.device_type == "xla", _uses_xla_strategy(context)
     if on_xla and not xla_strategy:
+        found = context.strategy_class.__name__ if context.strategy_class is not None else context.strategy
         raise InvalidConfigError(
-            f"The tpu accelerator runs only with the XLA strategies, not `strategy={context.strategy!r}`. Valid "
-            f"choices: 'auto', {', '.join(repr(s) for s in STRATEGIES)}.",
+            # Lightning's sentence, then ours.
+            "The `XLAAccelerator` can only be used with a `SingleDeviceXLAStrategy`, `XLAStrategy`, or "
+            f"`XLAFSDPStrategy`. Found {found}. The tpu accelerator runs only with the XLA strategies, not "
+            f"`strategy={context.strategy!r}`. Valid choices: 'auto', {', '.join(repr(s) for s in STRATEGIES)}.",
             argument="strategy",
             value=context.strategy,
         )

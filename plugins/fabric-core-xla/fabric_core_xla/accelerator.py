@@ -13,11 +13,16 @@ from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
 from fabric_core_xla import device
 
-__all__ = ["TPUAccelerator", "XLAAccelerator", "check_devices", "parse_devices_string", "using_pjrt"]
+__all__ = ["XLA_AVAILABLE", "TPUAccelerator", "XLAAccelerator", "check_devices", "parse_devices_string", "using_pjrt"]
 
-# Lightning's flags at its ``accelerators.xla`` path (this module backs it); checked on first use, nothing
-# imported. PJRT, the only runtime supported, needs torch_xla 1.13.
-_XLA_AVAILABLE: Final = RequirementCache("torch_xla>=1.13", "torch_xla")
+#: Whether torch_xla is installed, at 1.13 or later (PJRT, the only runtime supported); checked on first use,
+#: nothing imported. Each module of this plugin at a Lightning path with an ``_XLA_AVAILABLE`` binds this object
+#: under that name and reads its own binding at call time, so that a test patching one path (Lightning's
+#: ``mock_xla_available`` patches all seven) is obeyed there; binding this name, never a patched one, leaves a
+#: module imported during such a test unaffected once the patches are undone.
+XLA_AVAILABLE: Final = RequirementCache("torch_xla>=1.13", "torch_xla")
+# Lightning's flags at its ``accelerators.xla`` path (this module backs it).
+_XLA_AVAILABLE = XLA_AVAILABLE
 _XLA_GREATER_EQUAL_2_1: Final = RequirementCache("torch_xla>=2.1")
 _XLA_GREATER_EQUAL_2_5: Final = RequirementCache("torch_xla>=2.5")
 
@@ -36,19 +41,16 @@ class XLAAccelerator(Accelerator):
     process_group_backend = "xla"
 
     def __init__(self) -> None:
-        device.require_torch_xla(type(self).__name__)
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
 
     @staticmethod
     def parse_devices(devices: Any) -> int | list[int]:
         """Return ``1``, the device count, or ``[i]``.
 
         Raises:
-            InvalidConfigError: Any other value.
+            InvalidConfigError: A string that is no device count or indices, or any other value.
         """
-        value: Any = devices
-        if isinstance(devices, str):
-            with contextlib.suppress(InvalidConfigError):
-                value = parse_devices_string(devices)
+        value: Any = parse_devices_string(devices) if isinstance(devices, str) else devices
         check_devices(value, given=devices)
         return list(value) if isinstance(value, (list, tuple)) else value
 
@@ -70,8 +72,11 @@ class XLAAccelerator(Accelerator):
 
     @staticmethod
     def is_available() -> bool:
-        """Whether torch_xla is installed and this host has an XLA device (the runtime is not started)."""
-        return device.is_available()
+        """Whether torch_xla is installed and this host has an XLA device (the runtime is not started).
+
+        Asks :meth:`auto_device_count` at call time, as Lightning's does, so that patching either answers here.
+        """
+        return XLAAccelerator.auto_device_count() > 0
 
 
 def probe() -> bool:
@@ -96,7 +101,7 @@ def using_pjrt() -> bool:
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
-    device.require_torch_xla("using_pjrt")
+    device.require_torch_xla("using_pjrt", device.xla_installed())  # as Lightning: the import decides
     if _XLA_GREATER_EQUAL_2_5:  # `using_pjrt` is gone: a configured device type means PJRT
         from torch_xla import runtime
 
@@ -123,8 +128,8 @@ def parse_devices_string(devices: str) -> int | list[int]:
         return [int(part) for part in text.split(",") if part]
     except ValueError:
         raise InvalidConfigError(
-            f"`Fabric(devices={devices!r})`: could not parse the TPU devices; pass an int or comma-separated "
-            "device indices.",
+            f"Could not parse the selected TPU devices: {devices!r}. `Fabric(devices=...)` takes 'auto', the "
+            "device count (an int, or a string such as '8') or one device index ('3,' or [3]).",
             argument="devices",
             value=devices,
         ) from None
@@ -140,7 +145,7 @@ def check_devices(devices: object, given: object = None) -> None:
     Raises:
         InvalidConfigError: Any other value (also a ``ValueError``).
     """
-    count = device.num_xla_devices()
+    count = XLAAccelerator.auto_device_count()
     index_type = isinstance(devices, (list, tuple)) and len(devices) == 1 and type(devices[0]) is int
     if (type(devices) is int and devices in {1, count}) or (index_type and 0 <= devices[0] < count):  # type: ignore[index]
         return

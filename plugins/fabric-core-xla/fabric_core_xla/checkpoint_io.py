@@ -8,11 +8,13 @@ from typing import Any
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.types import PathLike
-from fabric_core_xla import device
+from fabric_core_xla import accelerator, device
 
 __all__ = ["XLACheckpointIO"]
 
 log = logging.getLogger(__name__)
+# Lightning's flag at its ``plugins.io.xla`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
 class XLACheckpointIO(TorchCheckpointIO):
@@ -31,7 +33,7 @@ class XLACheckpointIO(TorchCheckpointIO):
     """
 
     def __init__(self, *, zip_crc32: bool = False) -> None:
-        device.require_torch_xla(type(self).__name__)
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         super().__init__(zip_crc32=zip_crc32)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike, storage_options: Any = None) -> None:

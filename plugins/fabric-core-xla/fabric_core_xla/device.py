@@ -32,17 +32,19 @@ def xla_installed() -> bool:
         return False
 
 
-def require_torch_xla(what: str) -> ModuleType:
+def require_torch_xla(what: str, available: object) -> ModuleType:
     """Import and return ``torch_xla``, or explain how to install it.
 
     Args:
         what: Who needs it, for the message (``"XLAStrategy"``).
+        available: Whether torch_xla is installed: the ``_XLA_AVAILABLE`` flag of the caller's module, read
+            there at call time, as Lightning's code reads it (its tests set it to pretend torch_xla exists).
 
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
         ImportError: torch_xla is installed but does not import, typically a torch version mismatch.
     """
-    if not xla_installed():
+    if not available:
         raise ModuleNotFoundError(f"`{what}` needs torch_xla, which is not installed. {INSTALL_HINT}", name="torch_xla")
     try:
         import torch_xla
@@ -84,7 +86,7 @@ def num_xla_devices() -> int:
 
 
 def is_available() -> bool:
-    """Return whether this host has an XLA device (the ``"tpu"`` accelerator's probe). Never raises."""
+    """Return whether this host has an XLA device, asked without importing torch. Never raises."""
     return num_xla_devices() > 0
 
 
@@ -94,7 +96,7 @@ def current_device() -> torch.device:
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
-    torch_xla = require_torch_xla("the XLA device")
+    torch_xla = require_torch_xla("the XLA device", xla_installed())
     get_device = getattr(torch_xla, "device", None)
     if callable(get_device):  # torch_xla >= 2.7; `xm.xla_device()` warns there
         found: torch.device = get_device()

@@ -6,15 +6,16 @@ import logging
 from typing import Any
 
 from fabric_core.environments.environment import ClusterEnvironment
-from fabric_core_xla import device
+from fabric_core_xla import accelerator, device
 
 __all__ = ["XLAEnvironment"]
 
 log = logging.getLogger(__name__)
+# Lightning's flag at its ``plugins.environments.xla`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
 def _runtime() -> Any:
-    device.require_torch_xla("XLAEnvironment")
     import torch_xla.runtime as xr
 
     return xr
@@ -26,7 +27,14 @@ class XLAEnvironment(ClusterEnvironment):
     The runtime also does its own rendezvous, so there is no address or port to give, and the world size
     and ranks cannot be set from outside. Only call the rank methods inside the spawned processes: asking
     the runtime starts it, after which this process can no longer spawn any.
+
+    Raises:
+        ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
+        super().__init__(*args, **kwargs)  # Lightning's signature: what a subclass passes reaches the base
 
     @property
     def creates_processes_externally(self) -> bool:
@@ -53,8 +61,8 @@ class XLAEnvironment(ClusterEnvironment):
 
     @staticmethod
     def detect() -> bool:
-        """Whether this host has XLA devices."""
-        return device.is_available()
+        """Whether this host has XLA devices (``XLAAccelerator.is_available()``, asked at call time)."""
+        return bool(accelerator.XLAAccelerator.is_available())
 
     def world_size(self) -> int:
         """The number of processes (replicas) in the job."""

@@ -21,6 +21,8 @@ from fabric_core.io.restore import restore_state
 from fabric_core.strategies.strategy import BackwardSyncControl, put_filtered
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core_xla import accelerator, device
+from fabric_core_xla.precision import XLAPrecision
 from fabric_core_xla.strategy import XLAStrategy
 
 __all__ = [
@@ -37,6 +39,8 @@ _POLICY_SET: TypeAlias = set[type[Module]]
 #: An auto-wrap policy: module classes, or torch_xla's ``(module, recurse, unwrapped_params) -> bool``.
 _POLICY: TypeAlias = _POLICY_SET | Callable[[Module, bool, int], bool]
 _SHARD_FILE: Final = "checkpoint_rank-{rank:08d}-of-{world:08d}.pth"
+# Lightning's flag at its ``strategies.xla_fsdp`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 _METADATA_KEY: Final = "shard_metadata"
 
 
@@ -83,6 +87,7 @@ class XLAFSDPStrategy(XLAStrategy):
         sequential_save: bool = False,
         **kwargs: Any,
     ) -> None:
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         if state_dict_type not in ("sharded", "full"):
             raise InvalidConfigError(
                 f"`XLAFSDPStrategy(state_dict_type={state_dict_type!r})`: valid choices are 'sharded' and 'full'.",
@@ -92,7 +97,7 @@ class XLAFSDPStrategy(XLAStrategy):
         wiring, kwargs = split_wiring(kwargs, DevicesWiring)
         super().__init__(sync_module_states=False, **wiring)  # the wrapper shards what each process holds
         self._auto_wrap_policy = auto_wrap_policy
-        self._checkpointed = tuple(activation_checkpointing_policy or ())
+        self._activation_checkpointing_policy = activation_checkpointing_policy
         self._state_dict_type: StateDictType = state_dict_type
         self._sequential_save = sequential_save
         self._fsdp_kwargs = kwargs
@@ -121,12 +126,30 @@ class XLAFSDPStrategy(XLAStrategy):
 
         if any(isinstance(m, XlaFSDP) for m in module.modules()):
             return module
+        wrapped: Module = XlaFSDP(module, **self._parse_fsdp_kwargs())
+        return wrapped
+
+    def _parse_fsdp_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the ``XlaFullyShardedDataParallel`` wrapper (Lightning's name).
+
+        The user's own, the precision's dtype as ``compute_dtype`` (torch_xla computes in float32 otherwise),
+        the wrap policy, and the wrapper that checkpoints the classes of ``activation_checkpointing_policy``.
+        Unlike Lightning's, the wrap policy also wraps those classes: torch_xla applies the checkpointing
+        wrapper to wrapped modules only, so without it they would not be checkpointed.
+
+        Raises:
+            InvalidConfigError: Both ``auto_wrapper_callable`` and ``activation_checkpointing_policy``.
+            TypeError: ``activation_checkpointing_policy`` is not a set of classes.
+        """
         kwargs = dict(self._fsdp_kwargs)
-        policy = wrap_policy(self._auto_wrap_policy, self._checkpointed)
+        if isinstance(self.precision, XLAPrecision):
+            kwargs.setdefault("compute_dtype", self.precision._desired_dtype)
+        checkpointed = self._activation_checkpointing_policy
+        kwargs = checkpointing_kwargs(checkpointed, kwargs)  # checks the policy first
+        policy = wrap_policy(self._auto_wrap_policy, checkpointed or ())
         if policy is not None:
             kwargs.setdefault("auto_wrap_policy", policy)
-        wrapped: Module = XlaFSDP(module, **checkpointing_kwargs(set(self._checkpointed), kwargs))
-        return wrapped
+        return kwargs
 
     def module_to_device(self, module: Module) -> None:
         """Nothing to do: the wrapper moves each shard to the device."""
@@ -386,8 +409,8 @@ def checkpointing_kwargs(policy: _POLICY_SET | None, kwargs: dict[str, Any]) -> 
         return kwargs
     if "auto_wrapper_callable" in kwargs:
         raise InvalidConfigError(
-            "`XLAFSDPStrategy` got both `auto_wrapper_callable` and `activation_checkpointing_policy`, and the "
-            "checkpointing policy is applied through an `auto_wrapper_callable` of its own. Choose one.",
+            "You cannot set both `auto_wrapper_callable` and `activation_checkpointing_policy`: `XLAFSDPStrategy` "
+            "applies the checkpointing policy through an `auto_wrapper_callable` of its own. Choose one.",
             argument="activation_checkpointing_policy",
             value=policy,
         )

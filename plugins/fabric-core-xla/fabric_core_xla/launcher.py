@@ -11,9 +11,12 @@ from typing import Any, Final
 from fabric_core.launchers.launcher import Launcher
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.types import LaunchedStrategy
-from fabric_core_xla import device
+from fabric_core_xla import accelerator, device
 
 __all__ = ["XLALauncher", "rank_teardown"]
+
+# Lightning's flag at its ``strategies.launchers.xla`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
 class XLALauncher(Launcher):
@@ -31,9 +34,14 @@ class XLALauncher(Launcher):
     """
 
     def __init__(self, strategy: LaunchedStrategy) -> None:
-        device.require_torch_xla(type(self).__name__)
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         self.strategy = strategy
         self.start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+    @property
+    def _start_method(self) -> str:
+        """Lightning's name of :attr:`start_method`."""
+        return self.start_method
 
     @property
     def is_interactive_compatible(self) -> bool:

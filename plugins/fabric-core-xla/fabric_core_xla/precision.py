@@ -6,6 +6,7 @@ import contextlib
 import os
 from typing import Any, Final, Literal, TypeAlias
 
+import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
@@ -13,11 +14,13 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.half import HalfPrecision
 from fabric_core.precision.precision import Precision
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
-from fabric_core_xla import device
+from fabric_core_xla import accelerator, device
 from fabric_core_xla._names import PRECISIONS
 
 __all__ = ["TPUBf16Precision", "TPUPrecision", "XLABf16Precision", "XLAPrecision"]
 
+# Lightning's flag at its ``plugins.precision.xla`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 #: Lightning's type of the precisions this plugin takes (``_names.PRECISIONS`` as a type).
 _PRECISION_INPUT: TypeAlias = Literal["32-true", "16-true", "bf16-true"]
 
@@ -46,16 +49,23 @@ class XLAPrecision(Precision):
     def __init__(self, precision: str = "32-true") -> None:
         if precision not in PRECISIONS:
             raise InvalidConfigError(
-                f"`precision={precision!r}` is not supported with XLA. Valid choices: "
-                f"{', '.join(repr(p) for p in PRECISIONS)}.",
+                # Lightning's sentence (its unbalanced parenthesis included: its tests match it), then ours.
+                f"`precision={precision!r})` is not supported in XLA. `XLAPrecision` takes "
+                f"{', '.join(repr(p) for p in PRECISIONS)}; mixed precision does not run on XLA devices.",
                 argument="precision",
                 value=precision,
             )
-        device.require_torch_xla(type(self).__name__)
+        device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         self.precision = precision
         self._compute: Final[Precision] = HalfPrecision(precision) if precision in _ENV else Precision()
         if precision in _ENV:
             os.environ[_ENV[precision]] = "1"
+
+    @property
+    def _desired_dtype(self) -> torch.dtype:
+        """Lightning's name: the dtype of parameters and inputs (float32 for ``"32-true"``)."""
+        dtype: torch.dtype = getattr(self._compute, "_desired_input_dtype", torch.float32)
+        return dtype
 
     def convert_module(self, module: Module) -> Module:
         return self._compute.convert_module(module)

@@ -11,6 +11,7 @@ from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
 from fabric_core.strategies.wiring import WIRING_ORDER, Wiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_deprecation
+from fabric_core_xla import accelerator
 from fabric_core_xla import device as xla_device
 from fabric_core_xla.checkpoint_io import XLACheckpointIO
 from fabric_core_xla.precision import XLAPrecision
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["SingleDeviceXLAStrategy", "SingleTPUStrategy"]
+
+# Lightning's flag at its ``strategies.single_xla`` path (this module backs it), read here at call time.
+_XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
 class SingleDeviceXLAStrategy(SingleDeviceStrategy):
@@ -36,7 +40,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
 
     @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:
-        xla_device.require_torch_xla(type(self).__name__)
+        xla_device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         if isinstance(device, int) and not isinstance(device, bool):
             device = torch.device("xla", device)
         super().__init__(device=device, **wiring)

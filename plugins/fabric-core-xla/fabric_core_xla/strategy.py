@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.parallel import ParallelStrategy
@@ -19,7 +19,7 @@ from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_only
-from fabric_core_xla import device
+from fabric_core_xla import device, environment
 from fabric_core_xla.checkpoint_io import XLACheckpointIO
 from fabric_core_xla.environment import XLAEnvironment
 from fabric_core_xla.launcher import XLALauncher
@@ -57,7 +57,9 @@ class XLAStrategy(ParallelStrategy):
         positional=(*DEVICES_WIRING_ORDER, "sync_module_states"),
     )
     def __init__(self, sync_module_states: bool = True, **wiring: Unpack[DevicesWiring]) -> None:
-        device.require_torch_xla(type(self).__name__)
+        # Lightning's path of this module has no flag of its own: the strategy needs what its environment needs.
+        device.require_torch_xla(type(self).__name__, environment._XLA_AVAILABLE)
+        _check_precision(wiring.get("precision"))
         # torch_xla's runtime places the processes and joins them: neither is the user's to choose.
         super().__init__(cluster_environment=XLAEnvironment(), process_group_backend="xla", **wiring)
         self._launched = False
@@ -71,6 +73,15 @@ class XLAStrategy(ParallelStrategy):
     def default_precision(self) -> Precision:
         """The XLA precision plugin in full precision."""
         return XLAPrecision("32-true")
+
+    @property
+    def precision(self) -> Precision:
+        return super().precision
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        _check_precision(precision)
+        self._precision = precision
 
     def configure_launcher(self) -> None:
         self._launcher = XLALauncher(self)
@@ -267,6 +278,21 @@ class XLAStrategy(ParallelStrategy):
         checkpoint = self.state_to_save(state, filter)
         if isinstance(self.checkpoint_io, XLACheckpointIO) or self.is_global_zero:
             self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
+
+
+def _check_precision(precision: Precision | None) -> None:
+    """Refuse a precision other than :class:`XLAPrecision`: the optimizer step must go through torch_xla.
+
+    Raises:
+        ArgumentTypeError: Another precision (a ``TypeError``, as Lightning raises).
+    """
+    if precision is not None and not isinstance(precision, XLAPrecision):
+        raise ArgumentTypeError(
+            f"The XLA strategy can only work with the `XLAPrecision` plugin, found {type(precision).__name__}. "
+            "Pass `precision='32-true'`, '16-true' or 'bf16-true', or an `XLAPrecision(...)`.",
+            argument="precision",
+            value=precision,
+        )
 
 
 def _no_group(group: Any, method: str) -> None:

@@ -294,9 +294,15 @@ def test_backward_sync_control(module: ModuleType, fake_xla_fsdp: ModuleType) ->
     assert control.no_backward_sync(wrapped, enabled=True) == ("no_sync", wrapped)
 
 
-def test_the_xla_fsdp_strategy_controls_backward_sync_with_it(fake_xla_fsdp: ModuleType) -> None:
+def test_the_xla_fsdp_strategy_controls_backward_sync_with_it(
+    fake_xla_fsdp: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabric_core_xla import environment, fsdp
     from fabric_core_xla.fsdp import XLAFSDPBackwardSyncControl, XLAFSDPStrategy
 
+    # What Lightning's `mock_xla_available` does: the flag at each path the strategy's construction reads.
+    for module in (fsdp, environment):
+        monkeypatch.setattr(module, "_XLA_AVAILABLE", True)
     strategy = XLAFSDPStrategy()
     assert isinstance(strategy.backward_sync_control, XLAFSDPBackwardSyncControl)
 

@@ -17,7 +17,7 @@ from fabric_core._manager import PluginManager, plugin_module
 from fabric_core._selection import Selection, select
 from fabric_core.errors import InvalidConfigError
 from fabric_core.testing import make_manager
-from fabric_core_xla import _plugin, device
+from fabric_core_xla import _plugin, accelerator, device
 from fabric_core_xla.accelerator import XLAAccelerator
 
 
@@ -142,12 +142,18 @@ def test_device_forms(tpus: Callable[[int], None], devices: Any, expected: Any) 
     assert XLAAccelerator.auto_device_count() == 4
 
 
-@pytest.mark.parametrize("devices", [2, 8, -1, [0, 1], [4], "0,1", "two", 1.0, True])
+@pytest.mark.parametrize("devices", [2, 8, -1, [0, 1], [4], "0,1", 1.0, True])
 def test_bad_device_forms_name_the_value_and_the_valid_ones(tpus: Callable[[int], None], devices: Any) -> None:
     tpus(4)
     with pytest.raises(InvalidConfigError, match=r"can only be 'auto', 1, 4 or \[<0-3>\] for TPUs") as info:
         XLAAccelerator.parse_devices(devices)
     assert f"devices={devices!r}" in str(info.value)
+
+
+def test_a_string_that_is_no_device_form_says_so_in_lightnings_words(tpus: Callable[[int], None]) -> None:
+    tpus(4)
+    with pytest.raises(InvalidConfigError, match=r"Could not parse the selected TPU devices: 'two'\. .*'auto'"):
+        XLAAccelerator.parse_devices("two")
 
 
 # --- precision ----------------------------------------------------------------------------------------------
@@ -223,7 +229,7 @@ def test_tpu_with_torch_xla_but_no_device_names_what_is_available(
     tpus: Callable[[int], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tpus(0)
-    monkeypatch.setattr(device, "xla_installed", lambda: True)
+    monkeypatch.setattr(accelerator, "_XLA_AVAILABLE", True)  # Lightning's flag: where torch_xla's presence is read
     with pytest.raises(InvalidConfigError, match=r"`XLAAccelerator` can not run on your system.*\['cpu'\]"):
         choose(accelerator="tpu")
 

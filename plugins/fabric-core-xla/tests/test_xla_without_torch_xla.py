@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -45,7 +47,7 @@ def test_a_refused_precision_is_reported_before_torch_xla_is_looked_for() -> Non
     from fabric_core.errors import InvalidConfigError
     from fabric_core_xla.precision import XLAPrecision
 
-    with pytest.raises(InvalidConfigError, match=r"`precision='16-mixed'` is not supported with XLA"):
+    with pytest.raises(InvalidConfigError, match=r"`precision='16-mixed'\)` is not supported in XLA.*'bf16-true'"):
         XLAPrecision("16-mixed")
 
 
@@ -66,14 +68,22 @@ def test_the_launcher_and_the_environment_need_it_too() -> None:
 
     with pytest.raises(ModuleNotFoundError, match="`XLALauncher` needs torch_xla"):
         XLALauncher(strategy=None)  # type: ignore[arg-type]
-
-    environment = XLAEnvironment()
-    assert environment.creates_processes_externally is False
+    # As Lightning's: the environment is refused when built, not at its first question.
+    with pytest.raises(ModuleNotFoundError, match=r"`XLAEnvironment` needs torch_xla.*pip install torch_xla"):
+        XLAEnvironment()
     assert XLAEnvironment.detect() is False
-    with pytest.raises(ModuleNotFoundError, match="pip install torch_xla"):
-        environment.global_rank()
+
+
+def test_the_environment_has_no_rendezvous_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabric_core_xla import environment
+
+    # As Lightning's tests pretend torch_xla: its flag, and a module in its place.
+    monkeypatch.setattr(environment, "_XLA_AVAILABLE", True)
+    monkeypatch.setitem(sys.modules, "torch_xla", ModuleType("torch_xla"))
+    built = environment.XLAEnvironment()
+    assert built.creates_processes_externally is False
     with pytest.raises(NotImplementedError, match="own rendezvous"):
-        _ = environment.main_address
+        _ = built.main_address
 
 
 def test_xla_fsdp_module_sharded_context_changes_nothing() -> None:
