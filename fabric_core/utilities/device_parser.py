@@ -10,7 +10,7 @@ from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from fabric_core._deferred import lightning_reexports
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 
 __all__ = ["parse_device_ids"]
 
@@ -33,8 +33,9 @@ def parse_device_ids(devices: Any, available: Sequence[int], *, accelerator: str
         The requested indices, in the order given.
 
     Raises:
-        InvalidConfigError: A value of another type or form, ``0`` or an empty list, duplicate indices,
-            no device available, or an index the machine does not have.
+        ArgumentTypeError: A value of another type (also a ``TypeError``, as Lightning raises).
+        InvalidConfigError: A string of another form, ``0`` or an empty list, duplicate indices, no device
+            available, or an index the machine does not have.
     """
     ids = _requested_ids(devices, available, accelerator)
     if not ids:
@@ -68,9 +69,9 @@ def _requested_ids(devices: Any, available: Sequence[int], accelerator: str) -> 
     if isinstance(value, (list, tuple)):
         wrong = [d for d in value if isinstance(d, bool) or not isinstance(d, int)]
         if wrong:
-            raise InvalidConfigError(
-                f"`Fabric(devices={devices!r})`: device IDs must be an int, a string, or a sequence of ints, "
-                f"but you passed a sequence containing {type(wrong[0]).__name__} ({wrong[0]!r}).",
+            raise ArgumentTypeError(
+                f"`Fabric(devices={devices!r})`: device IDs must be an int, a string, a sequence of ints, but you "
+                f"passed a sequence containing {type(wrong[0]).__name__} ({wrong[0]!r}). Valid forms: {_FORMS}.",
                 argument="devices",
                 value=devices,
             )
@@ -78,9 +79,9 @@ def _requested_ids(devices: Any, available: Sequence[int], accelerator: str) -> 
             raise _not_valid(devices, accelerator)
         return list(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidConfigError(
-            f"`Fabric(devices={devices!r})`: device IDs must be an int, a string, or a sequence of ints, but "
-            f"you passed a {type(devices).__name__}. Valid forms: {_FORMS}.",
+        raise ArgumentTypeError(
+            f"`Fabric(devices={devices!r})`: device IDs must be an int, a string, a sequence of ints, but you "
+            f"passed a {type(devices).__name__}. Valid forms: {_FORMS}.",
             argument="devices",
             value=devices,
         )

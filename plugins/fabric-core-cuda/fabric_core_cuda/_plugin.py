@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import AmbiguousNameError, InvalidConfigError, hookimpl
+from fabric_core.plugin_api import AcceleratorUnavailableError, AmbiguousNameError, hookimpl
 
 if TYPE_CHECKING:
     from fabric_core.plugin_api import Catalog, ModuleRegistry, Registry, SelectionContext
@@ -46,7 +46,7 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
         return "cuda"
     available = [e.name for e in context.catalog.entries("accelerator") if e.is_available()]
     mps = "" if mps_registered else " On Apple silicon, `pip install fabric-core-mps`."
-    raise InvalidConfigError(
+    raise AcceleratorUnavailableError(
         "`Fabric(accelerator='gpu')`: No supported gpu backend found! Neither a CUDA GPU nor Apple's MPS is "
         f"available on this machine. Available accelerators: {', '.join(sorted(available)) or '(none)'}; pass one "
         "of them, e.g. `Fabric(accelerator='cpu')`. For NVIDIA GPUs, install a CUDA build of torch "

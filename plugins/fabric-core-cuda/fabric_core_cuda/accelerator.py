@@ -7,13 +7,14 @@ GPUs) or ``..._is_ampere_or_later`` reaches the accelerator, the ``"cuda"`` prob
 
 from __future__ import annotations
 
-import sys
+import functools
 from typing import Any
 
 import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.errors import InvalidConfigError
+from fabric_core.utilities import imports
 from fabric_core.utilities.device_parser import parse_device_ids
 from fabric_core.utilities.rank_zero import rank_zero_info
 from fabric_core_cuda import device
@@ -28,9 +29,6 @@ __all__ = [
     "is_cuda_available",
     "num_cuda_devices",
 ]
-
-# Devices whose TF32 hint has been given in this process: once is enough.
-_HINTED: set[int] = set()
 
 
 class CUDAAccelerator(Accelerator):
@@ -85,7 +83,8 @@ class CUDAAccelerator(Accelerator):
     def auto_device_count() -> int:
         """Every visible GPU; only one in an interactive session, where processes cannot be re-launched."""
         count = num_cuda_devices()
-        if count > 1 and (hasattr(sys, "ps1") or bool(sys.flags.interactive)):
+        # Lightning's flag at its path, read at call time: a notebook or REPL (patching it pretends one).
+        if count > 1 and imports._IS_INTERACTIVE:
             rank_zero_info(
                 f"fabric-core uses 1 of the {count} visible GPUs because it runs in an interactive session. "
                 "Pass `Fabric(devices=N, strategy='ddp_notebook')` to use more."
@@ -161,7 +160,7 @@ def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
         )
     if num_devices > len(visible):
         raise InvalidConfigError(
-            f"You requested to find {num_devices} CUDA devices but this machine only has {len(visible)}. "
+            f"You requested to find {num_devices} devices but this machine only has {len(visible)} GPUs. "
             f"Valid choices: -1 (all usable) or 1 to {len(visible)}.",
             argument="num_devices",
             value=num_devices,
@@ -169,13 +168,14 @@ def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
     usable = device.usable_among(visible)
     wanted = len(visible) if num_devices == -1 else num_devices
     if not usable or (num_devices != -1 and len(usable) < wanted):
+        busy = [index for index in visible if index not in usable]
         raise RuntimeError(
-            f"You requested to find {asked} CUDA devices but only {len(usable)} of the {len(visible)} visible ones "
-            f"can allocate memory ({usable}); the others are busy, e.g. in exclusive-process mode with another "
-            "job on them."
+            # Lightning's sentences, then why.
+            f"You requested to find {asked} devices but only {len(usable)} are currently available. The devices "
+            f"{busy} are occupied by other processes and can't be used at the moment: a fresh process could not "
+            "allocate memory on them (e.g. GPUs in exclusive-process mode with another job on them)."
         )
     return usable[:wanted]
-
 
 
 def is_ampere_or_later(cuda_device: torch.device | int | None = None) -> bool:
@@ -189,25 +189,26 @@ def is_ampere_or_later(cuda_device: torch.device | int | None = None) -> bool:
     return major >= 8
 
 
+@functools.cache  # the cache is the memory of the devices asked about: `cache_clear()` forgets
 def hint_tf32(cuda_device: torch.device) -> None:
-    """Suggest a faster float32 matmul precision once per GPU, on rank 0, where the GPU has TF32 tensor cores.
+    """Suggest a faster float32 matmul precision once per device, on rank 0, where the GPU has TF32 tensor cores.
 
     GPUs of compute capability 8.0 and later (Ampere onwards) run float32 matmuls on tensor cores in TF32
-    only if the user allows it; torch's default (``"highest"``) does not. Without a visible GPU this does
-    nothing (and creates no CUDA context).
+    only if the user allows it; torch's default (``"highest"``) does not. Without CUDA this does nothing.
+    ``torch.cuda.is_available()`` is asked, as Lightning asks it: this runs when a CUDA device is set up, so
+    a CUDA context is about to exist anyway.
     """
-    if not is_cuda_available():
+    if not torch.cuda.is_available():
         return
     index = cuda_device.index if cuda_device.index is not None else torch.cuda.current_device()
-    if index in _HINTED:
-        return
-    _HINTED.add(index)
     if not _is_ampere_or_later(index) or torch.get_float32_matmul_precision() != "highest":
         return
     rank_zero_info(
-        f"The CUDA device {torch.cuda.get_device_name(index)!r} has tensor cores for TF32. To use them, call "
-        "`torch.set_float32_matmul_precision('high')` (or 'medium'), which trades a little float32 precision "
-        "for speed. See https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html"
+        # Lightning's sentences, then how.
+        f"You are using a CUDA device ({torch.cuda.get_device_name(index)!r}) that has Tensor Cores. To properly "
+        "utilize them, you should set `torch.set_float32_matmul_precision('medium' | 'high')` which will "
+        "trade-off precision for performance: `torch.set_float32_matmul_precision('high')` runs float32 matmuls "
+        "in TF32. See https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html"
     )
 
 

@@ -21,8 +21,8 @@ RANK_ZERO_LOGGER = "fabric_core.utilities.rank_zero"
 @pytest.fixture
 def ampere(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend cuda:0 is an A100 (compute capability 8.0) and no hint was given yet."""
-    monkeypatch.setattr(accelerator, "_HINTED", set())
-    monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 1)
+    accelerator.hint_tf32.cache_clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA A100-SXM4-80GB")
 
@@ -44,6 +44,7 @@ def test_tf32_hint_is_logged_once_on_rank_zero(ampere: None, caplog: pytest.LogC
     (record,) = caplog.records
     assert "NVIDIA A100-SXM4-80GB" in record.getMessage()
     assert "torch.set_float32_matmul_precision('high')" in record.getMessage()
+    assert "('NVIDIA A100-SXM4-80GB') that has Tensor Cores" in record.getMessage()  # Lightning's phrase
 
 
 def test_no_tf32_hint_once_the_user_chose_a_precision(ampere: None, caplog: pytest.LogCaptureFixture) -> None:
@@ -104,7 +105,7 @@ def test_no_visible_gpu_is_an_error() -> None:
 
 def test_more_than_visible_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 2)
-    with pytest.raises(InvalidConfigError, match="find 3 CUDA devices but this machine only has 2"):
+    with pytest.raises(InvalidConfigError, match="find 3 devices but this machine only has 2 GPUs"):
         accelerator.find_usable_cuda_devices(3)
 
 
@@ -112,7 +113,7 @@ def test_more_than_visible_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_devices_that_cannot_allocate_are_not_usable(monkeypatch: pytest.MonkeyPatch) -> None:
     # NVML "sees" two GPUs, but this build of torch cannot allocate on them: the real probe process says so.
     monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 2)
-    with pytest.raises(RuntimeError, match=r"find 2 CUDA devices but only 0 of the 2 visible ones"):
+    with pytest.raises(RuntimeError, match=r"find 2 devices but only 0 are .* devices \[0, 1\] are occupied"):
         accelerator.find_usable_cuda_devices(2)
     assert not torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
 
@@ -122,7 +123,7 @@ def test_the_first_usable_devices_are_returned(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(device, "usable_among", lambda indices: [i for i in indices if i != 1])
     assert accelerator.find_usable_cuda_devices(2) == [0, 2]
     assert accelerator.find_usable_cuda_devices(-1) == [0, 2, 3]
-    with pytest.raises(RuntimeError, match="only 3 of the 4"):
+    with pytest.raises(RuntimeError, match=r"only 3 are currently available. The devices \[1\] are occupied"):
         accelerator.find_usable_cuda_devices(4)
 
 

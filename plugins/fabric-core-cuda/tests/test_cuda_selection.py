@@ -7,7 +7,6 @@ faked; selection, parsing and the built objects are real.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -163,7 +162,8 @@ def test_auto_devices_is_one_gpu_in_an_interactive_session(
     gpus: Callable[[int], None], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     gpus(4)
-    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    # Lightning's flag at Lightning's path (set at import from `sys.ps1`), where the accelerator reads it.
+    monkeypatch.setattr("fabric_core.utilities.imports._IS_INTERACTIVE", True)
     with caplog.at_level("INFO"):
         assert CUDAAccelerator.auto_device_count() == 1
     assert "uses 1 of the 4 visible GPUs" in caplog.text
@@ -240,7 +240,7 @@ BAD_DEVICES: list[tuple[Any, int, str]] = [
     ("0", 2, r"not a valid input"),
     ([], 2, r"devices=\[\].*not a valid input"),
     (-2, 2, r"devices=-2.*not a valid number of cuda devices.*-1 \(all of them\)"),
-    (1.5, 2, r"devices=1.5.*must be an int, a string, or a sequence of ints.*float"),
+    (1.5, 2, r"devices=1.5.*must be an int, a string, a sequence of ints, but you passed a float"),
     (True, 2, r"devices=True"),
     (None, 2, r"devices=None.*NoneType"),
     (["0", "1"], 2, r"sequence containing str \('0'\)"),

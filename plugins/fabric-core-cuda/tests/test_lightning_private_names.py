@@ -90,7 +90,7 @@ def test_no_matmul_precision_hint_without_a_gpu(module: ModuleType, caplog: pyte
 @pytest.fixture
 def a100(gpus: Callable[[int], None], monkeypatch: pytest.MonkeyPatch) -> None:
     gpus(1)
-    monkeypatch.setattr(accelerator, "_HINTED", set())
+    ours._check_cuda_matmul_precision.cache_clear()  # both remember the devices they were asked about
     lightning._check_cuda_matmul_precision.cache_clear()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
@@ -114,7 +114,27 @@ def test_an_ampere_gpu_gets_the_tf32_hint_once(a100: None, caplog: pytest.LogCap
     theirs, mine = _hints(lightning, caplog), _hints(ours, caplog)
     assert len(theirs) == len(mine) == 1
     for message in (theirs[0], mine[0]):
-        assert "NVIDIA A100-SXM4-80GB" in message and "torch.set_float32_matmul_precision(" in message
+        assert "NVIDIA A100-SXM4-80GB') that has Tensor Cores" in message  # Lightning's phrase
+        assert "torch.set_float32_matmul_precision(" in message
+
+
+def test_the_tf32_hint_is_given_again_once_its_cache_is_cleared(a100: None, caplog: pytest.LogCaptureFixture) -> None:
+    for module in (lightning, ours):
+        assert len(_hints(module, caplog)) == 1
+        assert _hints(module, caplog) == []  # remembered
+        module._check_cuda_matmul_precision.cache_clear()
+        assert len(_hints(module, caplog)) == 1
+
+
+@pytest.mark.parametrize(
+    ("visible", "phrase"),
+    [(0, "You requested to find 2 devices but there are no visible CUDA"), (1, "this machine only has 1 GPUs")],
+)
+def test_finding_more_usable_gpus_than_visible(gpus: Callable[[int], None], visible: int, phrase: str) -> None:
+    gpus(visible)
+    for module in (lightning, ours):
+        with pytest.raises(ValueError, match=phrase):
+            module.find_usable_cuda_devices(2)
 
 
 def test_no_tf32_hint_once_a_precision_is_chosen(a100: None, caplog: pytest.LogCaptureFixture) -> None:

@@ -33,9 +33,9 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
     """``"gpu"`` means mps on a Mac that has it; elsewhere other plugins (cuda) decide."""
     if requested != "gpu":
         return None
-    from fabric_core_mps import device
-
-    return "mps" if device.is_available() else None
+    # The entry's probe asks `MPSAccelerator.is_available()` at call time, so that patching it answers here too.
+    entry = context.catalog.find("accelerator", "mps")
+    return "mps" if entry is not None and entry.is_available() else None
 
 
 def _is_parallel(context: SelectionContext) -> bool:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from fabric_core._assembly import build
+from fabric_core._context import SelectionContext
 from fabric_core._manager import PluginManager, plugin_module
 from fabric_core._selection import Selection, select
 from fabric_core.errors import InvalidConfigError
@@ -97,7 +98,7 @@ def test_every_way_to_ask_for_the_one_device(mac: None, devices: Any) -> None:
         (2, r"devices=2.*mps device\(s\) \[0, 1\], but your machine only has: \[0\]"),
         ([1], r"only has: \[0\]"),
         ([0, 0], r"must be unique"),
-        (1.0, r"must be an int, a string, or a sequence of ints"),
+        (1.0, r"must be an int, a string, a sequence of ints"),
     ],
 )
 def test_more_than_the_one_device_is_an_error(mac: None, devices: Any, pattern: str) -> None:
@@ -112,8 +113,15 @@ def test_gpu_means_mps_on_a_mac(mac: None) -> None:
 
 
 def test_gpu_is_left_to_others_without_mps() -> None:
-    assert _plugin.fabric_core_select_accelerator("gpu", cast(Any, None)) is None
+    context = SelectionContext(catalog=manager().catalog)
+    assert _plugin.fabric_core_select_accelerator("gpu", context) is None
     assert _plugin.fabric_core_select_accelerator("cuda", cast(Any, None)) is None
+
+
+def test_gpu_asks_the_class_at_lightnings_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's tests pretend a Mac by patching `MPSAccelerator.is_available`: "gpu" follows it.
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: True))
+    assert _plugin.fabric_core_select_accelerator("gpu", SelectionContext(catalog=manager().catalog)) == "mps"
 
 
 def test_auto_picks_mps_on_a_mac(mac: None) -> None:
