@@ -17,6 +17,7 @@ __all__ = [
     "LIGHTNING_CLI_ENV",
     "LIGHTNING_ENV_OVERRIDES",
     "PRECISION_ALIASES",
+    "accelerator_label",
     "check_device_count",
     "check_logger",
     "check_one_precision",
@@ -130,7 +131,29 @@ def validate_num_nodes(num_nodes: Any) -> int:
     return num_nodes
 
 
-def normalize_devices(devices: Any, accelerator: str) -> Any:
+def accelerator_label(accelerator: Any) -> str:
+    """How Lightning's messages name the ``accelerator`` argument: the name given, or an instance's class."""
+    if isinstance(accelerator, str):
+        return accelerator
+    if isinstance(accelerator, Spec):
+        return accelerator.name
+    return type(accelerator).__qualname__
+
+
+def normalize_devices(devices: Any, accelerator: Any) -> Any:
+    """``devices`` with a number in a string made an int (``"2"`` is ``2``) and ``"auto"`` in one spelling.
+
+    Checked before anything is selected, as Lightning does: ``0``, ``"0"`` and ``[]`` ask for no device
+    whichever accelerator would run them.
+
+    Args:
+        devices: As ``Fabric(devices=...)``.
+        accelerator: The ``accelerator`` argument as given, for the message.
+
+    Raises:
+        InvalidConfigError: No device (``0``, ``"0"``, an empty list), or a bool.
+    """
+    given = devices
     if isinstance(devices, str):
         devices = devices.strip()
         if devices.lower() == "auto":
@@ -139,9 +162,11 @@ def normalize_devices(devices: Any, accelerator: str) -> Any:
             devices = int(devices)
     if devices in (0, []) or (isinstance(devices, (list, tuple)) and not devices) or isinstance(devices, bool):
         raise InvalidConfigError(
-            f"`Fabric(devices={devices!r})` value is not a valid input using {accelerator} accelerator.",
+            f"`Fabric(devices={given!r})` value is not a valid input using {accelerator_label(accelerator)} "
+            "accelerator. Pass a positive number of devices, -1 for all of them, 'auto', or device indices "
+            "('0,1' or [0, 1]).",
             argument="devices",
-            value=devices,
+            value=given,
         )
     return devices
 
@@ -163,8 +188,8 @@ def normalize_precision(precision: Any) -> str:
         canonical, discouraged = PRECISION_ALIASES[name]
         if discouraged:
             warnings.warn(
-                f"`precision={precision!r}` is supported for historical reasons but its usage is discouraged. "
-                f"Please set your precision to {canonical!r} instead!",
+                f"`precision={precision}` is supported for historical reasons but its usage is discouraged. "
+                f"Please set your precision to {canonical} instead!",
                 FabricCoreWarning,
                 stacklevel=4,
             )
@@ -181,8 +206,11 @@ def check_one_precision(precision: Any, in_plugins: Any) -> None:
     if precision is None or in_plugins is None:
         return
     shown = repr(in_plugins) if isinstance(in_plugins, (str, Spec)) else f"{type(in_plugins).__name__}(...)"
+    name = str(precision).strip().lower()
+    canonical = PRECISION_ALIASES[name][0] if name in PRECISION_ALIASES else precision
     raise InvalidConfigError(
-        f"Received both `precision={precision!r}` and the precision {shown} in `plugins`. Choose one.",
+        f"Received both `precision={canonical}` and `plugins={shown}`. Choose one: give the precision either "
+        "as `precision=` or inside `plugins`.",
         argument="precision",
         value=precision,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fabric_core._selection import Choice, Selection, select
-from fabric_core.errors import InvalidConfigError
+from fabric_core.errors import InteractiveSessionError
 
 if TYPE_CHECKING:
     from fabric_core._manager import PluginManager
@@ -38,7 +38,7 @@ def build(selection: Selection) -> Components:
     """Build the decided components and connect them (imports the chosen classes).
 
     Raises:
-        InvalidConfigError: The strategy's launcher cannot start processes from an interactive session.
+        InteractiveSessionError: The strategy's launcher cannot start processes from an interactive session.
         UnknownOptionError: An option the chosen class does not take.
     """
     context = selection.context
@@ -56,7 +56,7 @@ def build(selection: Selection) -> Components:
     )
     launcher = getattr(strategy, "launcher", None)
     if context.interactive and launcher is not None and not launcher.is_interactive_compatible:
-        raise InvalidConfigError(
+        raise InteractiveSessionError(
             f"`Fabric(strategy={context.strategy!r})` is not compatible with an interactive "
             "environment. Run your code as a script, or choose a strategy that forks, e.g. "
             "`Fabric(strategy='ddp_notebook')`.",
@@ -67,7 +67,8 @@ def build(selection: Selection) -> Components:
         accelerator=strategy.accelerator,
         strategy=strategy,
         precision=strategy.precision,
-        cluster_environment=environment,
+        # The strategy's own where it has one (an XLA strategy's is the XLA runtime's), as it is the one used.
+        cluster_environment=getattr(strategy, "cluster_environment", None) or environment,
         checkpoint_io=strategy.checkpoint_io,
         loggers=[_make(c) for c in selection.loggers],
         callbacks=[_make(c) for c in selection.callbacks],

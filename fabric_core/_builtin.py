@@ -51,6 +51,13 @@ def fabric_core_register_precisions(registry: Registry) -> None:
             description=f"Parameters and compute in {dtype}, no autocast.",
             defaults={"precision": name},
         )
+    for name, dtype in (("transformer-engine", "bfloat16"), ("transformer-engine-float16", "float16")):
+        registry.add(
+            name,
+            f"{_P}.transformer_engine:TransformerEnginePrecision",
+            description=f"FP8 through NVIDIA Transformer Engine, weights in {dtype} (needs transformer_engine, CUDA).",
+            defaults={"weights_dtype": dtype},
+        )
     for name, how in (("16-mixed", "fp16 autocast with a gradient scaler"), ("bf16-mixed", "bf16 autocast")):
         registry.add(
             name,
@@ -125,6 +132,7 @@ LIGHTNING_PATHS: Final = {
     "plugins.precision.half": "fabric_core.precision.half",
     "strategies.launchers.launcher": "fabric_core.launchers.launcher",
     "strategies.launchers.multiprocessing": "fabric_core.launchers.multiprocessing",
+    "strategies.launchers.subprocess_script": "fabric_core.launchers.subprocess_script",
 }
 
 
@@ -167,8 +175,9 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
 def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | None:
     if requested == "16-mixed" and context.device_type == "cpu":
         warnings.warn(
-            "You passed `Fabric(accelerator='cpu', precision='16-mixed')`: fp16 autocast on CPU is slow and needs no "
-            "gradient scaler, so `precision='bf16-mixed'` is used instead (as in Lightning Fabric).",
+            # Lightning's sentence, then why.
+            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on CPU. "
+            "Using `precision='bf16-mixed'` instead: fp16 autocast on CPU is slow and needs no gradient scaler.",
             FabricCoreWarning,
             stacklevel=2,
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 from fabric_core._arguments import (
     PRECISION_ALIASES,
+    accelerator_label,
     check_device_count,
     check_logger,
     check_one_precision,
@@ -42,6 +43,7 @@ from fabric_core.errors import (
     ArgumentTypeError,
     InvalidConfigError,
     UnknownNameError,
+    UnknownPrecisionError,
 )
 
 __all__ = ["Choice", "Decision", "Selection", "SelectionContext", "select"]
@@ -69,6 +71,10 @@ class Selection:
     checkpoint_io: Any
     loggers: list[Choice]
     callbacks: list[Choice]
+    #: The cluster environment passed in ``plugins=`` (an instance or a name); ``None`` where it was detected.
+    environment_given: Any = None
+    #: ``devices`` as the accelerator parsed it, ``"auto"`` counted first (Lightning's ``_devices_flag``).
+    parsed_devices: Any = None
 
 
 #: How a component given inside ``Fabric(plugins=...)`` is recorded.
@@ -93,7 +99,7 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
         return None, None, None
     items = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
     found: dict[str, Any] = {}
-    given: dict[str, Any] = {}  # what the user passed, for messages
+    given: dict[str, list[Any]] = {}  # what the user passed, for messages
     for item in items:
         if isinstance(item, (str, Spec)):
             name = name_and_options(item)[0]
@@ -124,15 +130,23 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
                 value=item,
             )
         kind, value = slot
-        if kind in found:
-            raise InvalidConfigError(
-                f"Received multiple values for {kind} in `plugins`: {given[kind]!r} and {item!r}. "
-                "Expected one value for each type at most.",
-                argument="plugins",
-                value=plugins,
-            )
-        found[kind], given[kind] = value, item
+        found.setdefault(kind, value)
+        given.setdefault(kind, []).append(item)
+    repeated = [kind for kind in _PLUGIN_TYPES if len(given.get(kind, ())) > 1]
+    if repeated:
+        shown = "; ".join(f"{kind}: {', '.join(repr(i) for i in given[kind])}" for kind in repeated)
+        raise InvalidConfigError(
+            # Lightning's sentence, naming the base classes, then what was passed.
+            f"Received multiple values for {', '.join(_PLUGIN_TYPES[k] for k in repeated)} flags in `plugins`. "
+            f"Expected one value for each type at most; got {shown}.",
+            argument="plugins",
+            value=plugins,
+        )
     return found.get("precision"), found.get("checkpoint_io"), found.get("environment")
+
+
+#: The kinds of ``plugins=`` items, in Lightning's order, by the base class Lightning's messages name.
+_PLUGIN_TYPES = {"precision": "Precision", "checkpoint_io": "CheckpointIO", "environment": "ClusterEnvironment"}
 
 
 def _select_accelerator(
@@ -145,8 +159,9 @@ def _select_accelerator(
         cls: type[Any] = type(accelerator)
         choice = Choice(instance=accelerator)
         decisions.append(Decision("accelerator", cls.__name__, "instance passed by the user"))
+        # A class written for Lightning declares no device type: its devices tell it (see _select_devices).
         return choice, dataclasses.replace(
-            ctx, accelerator=cls.__name__, accelerator_class=cls, device_type=cls.device_type
+            ctx, accelerator=cls.__name__, accelerator_class=cls, device_type=getattr(cls, "device_type", None)
         )
     requested, options = name_and_options(accelerator)
     answer, plugin = manager.select_accelerator(requested, ctx)
@@ -176,17 +191,20 @@ def _answering_hook(plugin: str | None, step: str) -> str | None:
 
 def _select_devices(
     ctx: SelectionContext, devices: Any, decisions: list[Decision], environment: Any, strategy: Any
-) -> SelectionContext:
+) -> tuple[SelectionContext, Any]:
+    """Decide the devices (``devices`` normalised); returns the context and ``devices`` as the accelerator parsed it."""
     cls: Any = ctx.accelerator_class
     assert cls is not None
-    devices = normalize_devices(devices, ctx.accelerator or cls.__name__)
     auto_strategy = isinstance(strategy, str) and strategy.strip().lower() == "auto"
     started = _started_topology(ctx, environment) if devices == "auto" and auto_strategy else None
     if started is None:
-        parsed = cls.auto_device_count() if devices == "auto" else cls.parse_devices(devices)
-        parallel = tuple(cls.get_parallel_devices(parsed))
-        decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), f"devices={devices!r}"))
-        return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel)
+        parsed = cls.parse_devices(cls.auto_device_count() if devices == "auto" else devices)
+        own = list(getattr(strategy, "parallel_devices", None) or ())  # a strategy instance's own devices win
+        parallel = tuple(own or cls.get_parallel_devices(parsed))
+        reason = f"devices={devices!r}" if not own else f"the devices of the {type(strategy).__name__} passed"
+        decisions.append(Decision("devices", ", ".join(str(d) for d in parallel), reason))
+        device_type = ctx.device_type or (getattr(parallel[0], "type", None) if parallel else None)
+        return dataclasses.replace(ctx, devices=devices, parallel_devices=parallel, device_type=device_type), parsed
     # The scheduler started the processes: they are one job, with one device per process of a node.
     per_node, nodes = started
     try:
@@ -209,7 +227,7 @@ def _select_devices(
     _tell_inferred(ctx.environment, per_node, nodes, num_nodes)
     return dataclasses.replace(
         ctx, devices="auto", parallel_devices=parallel, num_nodes=num_nodes, devices_from_environment=True
-    )
+    ), parsed
 
 
 def _started_topology(ctx: SelectionContext, environment: Any) -> tuple[int, int] | None:
@@ -320,9 +338,7 @@ def _select_precision(
     entry = ctx.catalog.find("precision", name)
     if entry is None:
         choices = ctx.catalog.names("precision") + list(PRECISION_ALIASES)
-        raise UnknownNameError(
-            "precision", name, choices, argument="Fabric(precision=...)", unavailable=ctx.catalog.unavailable
-        )
+        raise UnknownPrecisionError(precision, name, choices, unavailable=ctx.catalog.unavailable)
     factory = entry.load()
     if "device" not in options and accepts(factory, "device"):
         options["device"] = ctx.device_type
@@ -364,8 +380,11 @@ def select(
     loggers: Any = None,
     callbacks: Any = None,
     environ: Mapping[str, str] | None = None,
+    interactive: bool | None = None,
 ) -> Selection:
     """Decide every component for ``Fabric(...)`` arguments (see ``Fabric`` for their meaning).
+
+    ``interactive`` says whether this runs in a notebook or REPL; by default it is detected.
 
     Raises:
         UnknownNameError: A name no installed plugin provides (with close matches and an install hint).
@@ -387,16 +406,20 @@ def select(
     catalog = manager.catalog
     decisions: list[Decision] = []
     ctx = SelectionContext(
-        catalog=catalog, num_nodes=validate_num_nodes(args["num_nodes"]), interactive=_is_interactive()
+        catalog=catalog,
+        num_nodes=validate_num_nodes(args["num_nodes"]),
+        interactive=_is_interactive() if interactive is None else interactive,
     )
+    devices = normalize_devices(args["devices"], args["accelerator"])  # refused before anything is selected
     precision_in_plugins, checkpoint_io, environment_in_plugins = _sort_plugins_argument(plugins, catalog)
     check_one_precision(args["precision"], precision_in_plugins)
-    acc_choice, ctx = _select_accelerator(manager, ctx, args["accelerator"], decisions)
+    _check_strategy_instance(args)
+    accelerator = _accelerator_of_strategy_instance(catalog, args)
+    acc_choice, ctx = _select_accelerator(manager, ctx, accelerator, decisions)
     # The environment before the devices: a scheduler that started the processes decides `devices="auto"`.
     env_choice, ctx = _select_environment(ctx, environment_in_plugins, decisions)
-    ctx = _select_devices(ctx, args["devices"], decisions, env_choice.instance, args["strategy"])
+    ctx, parsed_devices = _select_devices(ctx, devices, decisions, env_choice.instance, args["strategy"])
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
-    _check_strategy_instance(strategy_choice, args)
     check_device_count(ctx, args, strategy_choice.instance)
     if precision_in_plugins is not None:
         precision_choice, ctx = _select_precision(manager, ctx, precision_in_plugins, decisions, _IN_PLUGINS)
@@ -415,15 +438,22 @@ def select(
         checkpoint_io=checkpoint_io,
         loggers=_select_many(catalog, "logger", loggers, decisions),
         callbacks=_select_many(catalog, "callback", callbacks, decisions),
+        environment_given=environment_in_plugins,
+        parsed_devices=parsed_devices,
     )
     log_event("selection", level="info", **{d.step: d.value for d in decisions})
     return selection
 
 
-def _check_strategy_instance(choice: Choice, args: Mapping[str, Any]) -> None:
-    """A strategy instance that carries its own accelerator or precision must not contradict the flags."""
-    instance = choice.instance
-    if instance is None:
+def _check_strategy_instance(args: Mapping[str, Any]) -> None:
+    """A strategy instance that carries its own accelerator or precision must not contradict the arguments.
+
+    Raises:
+        InvalidConfigError: The instance has an accelerator (a precision) and ``accelerator=`` (``precision=``)
+            is given too.
+    """
+    instance = args["strategy"]
+    if isinstance(instance, (str, Spec)):
         return
     for arg, attr in (("accelerator", "_accelerator"), ("precision", "_precision")):
         if getattr(instance, attr, None) is not None and args[arg] not in (None, "auto"):
@@ -432,3 +462,46 @@ def _check_strategy_instance(choice: Choice, args: Mapping[str, Any]) -> None:
                 argument=arg,
                 value=args[arg],
             )
+
+
+def _accelerator_of_strategy_instance(catalog: Catalog, args: Mapping[str, Any]) -> Any:
+    """The ``accelerator`` to decide from: a strategy instance's own accelerator or devices decide ``"auto"``.
+
+    A strategy built with ``parallel_devices`` runs on those: ``"auto"`` becomes the accelerator of their device
+    type (the highest priority one, as for ``"auto"``), and a named accelerator of another device type is refused.
+
+    Raises:
+        InvalidConfigError: The strategy's devices are of another type than the named accelerator's.
+    """
+    accelerator, instance = args["accelerator"], args["strategy"]
+    if isinstance(instance, (str, Spec)):
+        return accelerator
+    own = getattr(instance, "_accelerator", None)
+    if own is not None:
+        return own  # `accelerator=` is "auto" here: _check_strategy_instance refused both
+    devices = list(getattr(instance, "parallel_devices", None) or ())
+    if not devices:
+        return accelerator
+    device_type = getattr(devices[0], "type", None)
+    if isinstance(accelerator, (str, Spec)) and name_and_options(accelerator)[0] == "auto":
+        for entry in sorted(catalog.selectable("accelerator"), key=lambda e: -e.priority):
+            if getattr(entry.load(), "device_type", None) == device_type:
+                return entry.name
+        return accelerator
+    if isinstance(accelerator, (str, Spec)):
+        named = catalog.find("accelerator", name_and_options(accelerator)[0])
+        cls = named.load() if named is not None else None  # "gpu": resolved by a hook, checked when built
+    else:
+        cls = type(accelerator)
+    if cls is not None and getattr(cls, "device_type", None) != device_type:
+        label = accelerator_label(accelerator)
+        raise InvalidConfigError(
+            # Lightning's sentence, then ours.
+            f"{str(device_type).upper()} parallel_devices set through {type(instance).__name__} class, but "
+            f"accelerator set to {label}, please choose one device type. The {label!r} accelerator runs on "
+            f"{cls.device_type} devices: pass devices of that type, or `accelerator='auto'` to run on the "
+            "strategy's devices.",
+            argument="accelerator",
+            value=accelerator,
+        )
+    return accelerator

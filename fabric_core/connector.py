@@ -2,14 +2,18 @@
 
 fabric-core decides ``Fabric(...)`` arguments in :mod:`fabric_core._selection`, through the plugins' selection
 hooks (``fabric-core explain`` shows the result), and builds them in :mod:`fabric_core._assembly`. Lightning's
-``_Connector`` is a thin front over those two; ``_convert_precision_to_unified_args`` (which
-``lightning.pytorch`` imports) reads the same spelling table as ``Fabric(precision=...)``. The two registries
-Lightning's module imports are read views over the plugin catalog, loaded on first access.
+``_Connector`` is a thin front over those two, with Lightning's private attributes read from what was decided;
+``_convert_precision_to_unified_args`` (which ``lightning.pytorch`` imports) reads the same spelling table as
+``Fabric(precision=...)``. The names Lightning's module imports (the two registries, ``_IS_INTERACTIVE``,
+``torch``) are loaded on first access; ``_IS_INTERACTIVE`` is read here at call time, so that setting it on this
+module decides whether ``_Connector`` treats the session as interactive, as in Lightning.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Union, get_args
 
 from fabric_core._deferred import lightning_reexports, reexports
@@ -25,13 +29,21 @@ if TYPE_CHECKING:
 __all__ = ["ACCELERATOR_REGISTRY", "STRATEGY_REGISTRY"]
 
 _PLUGIN_INPUT = Union["Precision", "ClusterEnvironment", "CheckpointIO"]
+#: The components a strategy instance may carry itself (Lightning's connector takes them from it).
+_OWN = ("_precision", "_cluster_environment", "_checkpoint_io")
 
 
 class _Connector:
     """The components ``Fabric(...)`` would run with for these arguments, decided and built as ``Fabric`` does.
 
-    After construction ``accelerator``, ``strategy`` (connected to the others), ``precision``,
-    ``checkpoint_io`` and ``cluster_environment`` hold the built objects.
+    After construction ``accelerator``, ``strategy`` (connected to the others), ``precision`` and
+    ``cluster_environment`` hold the built objects, and Lightning's private attributes what was decided, with
+    Lightning's meaning: ``_accelerator_flag`` (the accelerator's name, ``"cuda"`` for ``"gpu"``, or the
+    instance passed), ``_strategy_flag`` (likewise), ``_devices_flag`` (the devices as the accelerator parsed
+    them, ``"auto"`` counted), ``_parallel_devices``, ``_num_nodes_flag``, ``_precision_input`` (the canonical
+    precision string in use; ``"32-true"`` beside a precision instance), ``_precision_instance`` and
+    ``_cluster_environment_flag`` (what the user passed, else ``None``), and ``checkpoint_io`` (the checkpoint
+    I/O passed in ``plugins`` or on the strategy, else ``None``, as Lightning's: the one in use is the strategy's).
 
     Args:
         accelerator: As ``Fabric(accelerator=...)``.
@@ -54,9 +66,10 @@ class _Connector:
         precision: _PRECISION_INPUT | None = None,
         plugins: Any = None,
     ) -> None:
-        from fabric_core._assembly import assemble
+        from fabric_core._assembly import build
+        from fabric_core._selection import select
 
-        components = assemble(
+        selection = select(
             None,
             accelerator=accelerator,
             strategy=strategy,
@@ -64,12 +77,35 @@ class _Connector:
             num_nodes=num_nodes,
             precision=precision,
             plugins=plugins,
+            interactive=_interactive(),
         )
+        context = selection.context
+        # What a strategy instance brought itself, read before building connects the rest to it.
+        own = {attr: getattr(selection.strategy.instance, attr, None) for attr in _OWN}
+        components = build(selection)
         self.accelerator: Any = components.accelerator
         self.strategy: Any = components.strategy
         self.precision: Any = components.precision
-        self.checkpoint_io: Any = components.checkpoint_io
         self.cluster_environment: Any = components.cluster_environment
+        self._accelerator_flag: Any = selection.accelerator.instance or context.accelerator
+        self._strategy_flag: Any = selection.strategy.instance or context.strategy
+        self._devices_flag: Any = selection.parsed_devices
+        self._num_nodes_flag: int = context.num_nodes
+        self._parallel_devices: list[Any] = list(
+            getattr(self.strategy, "parallel_devices", None) or context.parallel_devices
+        )
+        self._precision_instance: Any = selection.precision.instance or own["_precision"]
+        in_use = getattr(self.precision, "precision", None)
+        named = in_use if isinstance(in_use, str) else context.precision or "32-true"
+        self._precision_input: str = "32-true" if self._precision_instance is not None else named
+        self._cluster_environment_flag: Any = selection.environment_given or own["_cluster_environment"]
+        self.checkpoint_io: Any = selection.checkpoint_io or own["_checkpoint_io"]
+
+
+def _interactive() -> bool:
+    """This module's ``_IS_INTERACTIVE``, read now: a value set here (as Lightning's tests set it), else
+    Lightning's flag at ``utilities.imports``, re-exported on first access as Lightning's module imports it."""
+    return bool(sys.modules[__name__]._IS_INTERACTIVE)
 
 
 def _convert_precision_to_unified_args(precision: _PRECISION_INPUT | None) -> _PRECISION_INPUT_STR | None:
@@ -103,7 +139,7 @@ def _is_using_cli() -> bool:
     return os.environ.get(CLI_ENV) == "1" or os.environ.get(LIGHTNING_CLI_ENV) == "1"
 
 
-__getattr__ = reexports(
+_reexported = reexports(
     __name__,
     {
         "ACCELERATOR_REGISTRY": "fabric_core.accelerators.registry",
@@ -111,3 +147,10 @@ __getattr__ = reexports(
     },
     fallback=lightning_reexports(__name__),
 )
+
+
+def __getattr__(name: str) -> Any:
+    """Lightning's names of this module on first access: ``torch`` (its module imports it) and its re-exports."""
+    if name == "torch":
+        return importlib.import_module("torch")
+    return _reexported(name)

@@ -69,6 +69,14 @@ class LSFEnvironment(ScheduledEnvironment):
         Raises:
             InvalidConfigError: This host is not in the rank file.
         """
+        return self._get_node_rank()
+
+    def _get_node_rank(self) -> int:
+        """Lightning's name of :meth:`node_rank`'s reading of the rank file (the one to patch, as in Lightning).
+
+        Raises:
+            InvalidConfigError: This host is not in the rank file.
+        """
         nodes = list(dict.fromkeys(self.compute_hosts()))
         hostname = socket.gethostname()
         # Rank files may hold short names where gethostname() returns a fully qualified one, or back.
@@ -90,36 +98,45 @@ class LSFEnvironment(ScheduledEnvironment):
             InvalidConfigError: ``LSB_DJOB_RANKFILE`` is unset, unreadable, or lists no compute host.
         """
         if self._hosts is None:
-            path = os.environ.get("LSB_DJOB_RANKFILE")
-            if not path:  # in Lightning's words, which tell the two cases apart
-                problem = (
-                    "Did not find the environment variable `LSB_DJOB_RANKFILE`"
-                    if path is None
-                    else "The environment variable `LSB_DJOB_RANKFILE` is empty"
-                )
-                raise InvalidConfigError(
-                    f"{problem}: the LSF environment needs jsrun's rank file.",
-                    argument="LSB_DJOB_RANKFILE",
-                    value=path,
-                )
-            try:
-                with open(path, encoding="utf-8") as file:
-                    lines = [line.strip() for line in file]
-            except OSError as exc:
-                raise InvalidConfigError(
-                    f"Cannot read the LSF rank file LSB_DJOB_RANKFILE={path!r}: {exc}.",
-                    argument="LSB_DJOB_RANKFILE",
-                    value=path,
-                ) from exc
-            hosts = [line for line in lines if line][1:]  # the first line is the launch node
-            if not hosts:
-                raise InvalidConfigError(
-                    f"The LSF rank file {path!r} lists no compute host (only the launch node, or nothing).",
-                    argument="LSB_DJOB_RANKFILE",
-                    value=path,
-                )
-            self._hosts = hosts
+            self._hosts = self._read_hosts()
         return self._hosts
+
+    @staticmethod
+    def _read_hosts() -> list[str]:
+        """Lightning's name: read the compute hosts from the rank file, every line after the launch node's.
+
+        Raises:
+            InvalidConfigError: ``LSB_DJOB_RANKFILE`` is unset, unreadable, or lists no compute host.
+        """
+        path = os.environ.get("LSB_DJOB_RANKFILE")
+        if not path:  # in Lightning's words, which tell the two cases apart
+            problem = (
+                "Did not find the environment variable `LSB_DJOB_RANKFILE`"
+                if path is None
+                else "The environment variable `LSB_DJOB_RANKFILE` is empty"
+            )
+            raise InvalidConfigError(
+                f"{problem}: the LSF environment needs jsrun's rank file.",
+                argument="LSB_DJOB_RANKFILE",
+                value=path,
+            )
+        try:
+            with open(path, encoding="utf-8") as file:
+                lines = [line.strip() for line in file]
+        except OSError as exc:
+            raise InvalidConfigError(
+                f"Cannot read the LSF rank file LSB_DJOB_RANKFILE={path!r}: {exc}.",
+                argument="LSB_DJOB_RANKFILE",
+                value=path,
+            ) from exc
+        hosts = [line for line in lines if line][1:]  # the first line is the launch node
+        if not hosts:
+            raise InvalidConfigError(
+                f"The LSF rank file {path!r} lists no compute host (only the launch node, or nothing).",
+                argument="LSB_DJOB_RANKFILE",
+                value=path,
+            )
+        return hosts
 
     def topology(self) -> tuple[int, int] | None:
         """``(tasks per host, hosts)`` from the rank file; ``None`` where hosts run different numbers of tasks.

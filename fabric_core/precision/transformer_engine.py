@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 import torch
 from torch.nn import Module
 
+from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.precision import Precision, convert_floating_tensors
 from fabric_core.precision.utils import _ClassReplacementContextManager, _DtypeContextManager
 from fabric_core.utilities._requirements import RequirementCache
@@ -49,8 +50,9 @@ def _convert_layers(module: Module) -> None:
             if child.in_features % 8 or child.out_features % 16:
                 rank_zero_warn(
                     f"The layer {name!r} stays a `torch.nn.Linear`: Transformer Engine's FP8 linear layers need "
-                    "input features divisible by 8 and output features divisible by 16, and it has "
-                    f"{child.in_features} and {child.out_features}. Pad the layer's dimensions to convert it."
+                    "dimensions divisible by 8 and 16 respectively (input features by 8, output features by 16), "
+                    f"and it has {child.in_features} and {child.out_features}. Pad the layer's dimensions to "
+                    "convert it."
                 )
                 continue
             linear = te.Linear(child.in_features, child.out_features, bias=child.bias is not None)
@@ -58,24 +60,45 @@ def _convert_layers(module: Module) -> None:
             if child.bias is not None:
                 linear.bias.data = child.bias.data.clone()
             log.debug("Replaced the layer %r with Transformer Engine's Linear", name)
-            setattr(module, name, linear)
+            module.__setattr__(name, linear)  # the instance's own, as Lightning calls it (its tests record it)
         elif isinstance(child, torch.nn.LayerNorm):
             norm = te.LayerNorm(child.normalized_shape[0], eps=child.eps)
             norm.weight.data = child.weight.data.clone()
             if child.bias is not None and norm.bias is not None:
                 norm.bias.data = child.bias.data.clone()
             log.debug("Replaced the layer %r with Transformer Engine's LayerNorm", name)
-            setattr(module, name, norm)
+            module.__setattr__(name, norm)
         else:
             # Transformer Engine's fused layers (LayerNormLinear, ...) would need several modules merged.
             _convert_layers(child)
+
+
+def _dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``dtype``, or the floating-point dtype of torch it names (``"bfloat16"``).
+
+    Raises:
+        InvalidConfigError: A name of no floating-point dtype.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    found = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:
+        raise InvalidConfigError(
+            f"`TransformerEnginePrecision(weights_dtype={dtype!r})`: pass a floating-point `torch.dtype` or its name, "
+            "such as torch.bfloat16, 'bfloat16', 'float16' or 'float32'.",
+            argument="weights_dtype",
+            value=dtype,
+        )
+    return found
 
 
 class TransformerEnginePrecision(Precision):
     """FP8 precision through Transformer Engine (``precision="transformer-engine"`` in Lightning).
 
     Args:
-        weights_dtype: The dtype the weights are kept in (``torch.bfloat16``, ``torch.float16``, ...).
+        weights_dtype: The dtype the weights are kept in (``torch.bfloat16``, ``torch.float16``, ...), or its
+            name (``"bfloat16"``), as the catalog entries ``"transformer-engine"`` (bfloat16) and
+            ``"transformer-engine-float16"`` give it.
         recipe: Transformer Engine's ``DelayedScaling`` recipe, or its fields as a dict (``fp8_format`` by name,
             e.g. ``"HYBRID"``); ``None`` for Transformer Engine's default recipe.
         replace_layers: Swap ``nn.Linear``/``nn.LayerNorm`` for Transformer Engine's layers (``None``: yes, unless
@@ -84,6 +107,7 @@ class TransformerEnginePrecision(Precision):
 
     Raises:
         ModuleNotFoundError: Transformer Engine is not installed.
+        InvalidConfigError: ``weights_dtype`` names no floating-point dtype of torch.
     """
 
     precision: Literal["transformer-engine", "transformer-engine-float16"] = "transformer-engine"
@@ -91,7 +115,7 @@ class TransformerEnginePrecision(Precision):
     def __init__(
         self,
         *,
-        weights_dtype: torch.dtype,
+        weights_dtype: torch.dtype | str,
         recipe: Mapping[str, Any] | Any | None = None,
         replace_layers: bool | None = None,
         fallback_compute_dtype: torch.dtype | None = None,
@@ -107,10 +131,10 @@ class TransformerEnginePrecision(Precision):
             if "fp8_format" in fields:
                 fields["fp8_format"] = getattr(Format, fields["fp8_format"])
             recipe = DelayedScaling(**fields)
-        self.weights_dtype = weights_dtype
+        self.weights_dtype = _dtype(weights_dtype)
         self.recipe = recipe
         self.replace_layers = replace_layers
-        self.fallback_compute_dtype = fallback_compute_dtype or weights_dtype
+        self.fallback_compute_dtype = fallback_compute_dtype or self.weights_dtype
 
     def convert_module(self, module: Module) -> Module:
         if any("transformer_engine.pytorch" in type(m).__module__ for m in module.modules()):
