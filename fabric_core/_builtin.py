@@ -130,6 +130,7 @@ LIGHTNING_PATHS: Final = {
     "plugins.precision.amp": "fabric_core.precision.mixed",
     "plugins.precision.double": "fabric_core.precision.double",
     "plugins.precision.half": "fabric_core.precision.half",
+    "plugins.precision.transformer_engine": "fabric_core.precision.transformer_engine",
     "strategies.launchers.launcher": "fabric_core.launchers.launcher",
     "strategies.launchers.multiprocessing": "fabric_core.launchers.multiprocessing",
     "strategies.launchers.subprocess_script": "fabric_core.launchers.subprocess_script",
