@@ -124,6 +124,7 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
         )
     if is_model_parallel(context.strategy_class) and context.precision not in MODEL_PARALLEL_PRECISIONS:
         raise InvalidConfigError(
+            f"The `ModelParallelStrategy` does not support `Fabric(..., precision={context.precision!r})`. "
             f"`Fabric(strategy={context.strategy!r}, precision={context.precision!r})`: the model-parallel "
             f"strategy supports the precisions {', '.join(repr(p) for p in MODEL_PARALLEL_PRECISIONS)}. Choose "
             "one of them (for fp16 with loss scaling use `strategy='fsdp'`).",
