@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import warnings
 from typing import TYPE_CHECKING, Final
 
@@ -75,7 +76,10 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
 @hookimpl
 def fabric_core_validate_selection(context: SelectionContext) -> None:
     """Reject forking where the platform cannot, and the DDP family on Apple's MPS."""
-    if context.strategy in _FORKING and "fork" not in multiprocessing.get_all_start_methods():
+    # torch.multiprocessing starts the processes (and is what Lightning asks); this module imports no torch, so
+    # it asks torch's module when a Fabric has imported it, which is always the case when a selection runs.
+    start_methods = sys.modules.get("torch.multiprocessing", multiprocessing).get_all_start_methods()
+    if context.strategy in _FORKING and "fork" not in start_methods:
         raise InvalidConfigError(
             f"You selected `Fabric(strategy={context.strategy!r})` but process forking is not supported on this "
             "platform. Use `Fabric(strategy='ddp_spawn')` instead.",
