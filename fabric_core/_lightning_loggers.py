@@ -6,8 +6,11 @@ A program written for Lightning configures logging by Lightning's names
 are fabric_core's, whose loggers are named after their modules (``fabric_core.utilities.rank_zero``); so
 :func:`serve_lightning_names` makes the logging manager hand out the logger of Lightning's name for each of
 ours: ``getLogger("fabric_core.X")``, ``getLogger("lightning_fabric.X")`` and ``getLogger("lightning.fabric.X")`` are
-one logger, named ``lightning.fabric.X``, under the ``lightning.fabric`` logger. A plugin's module that a
-Lightning path serves (``fabric_core_ddp.ddp`` for ``strategies.ddp``) logs under that path's name too.
+one logger, named ``lightning.fabric.X``, under the ``lightning.fabric`` logger. The component folders that
+Lightning keeps elsewhere take Lightning's folder (``fabric_core.environments._scheduled`` logs as
+``lightning.fabric.plugins.environments._scheduled``, under the logger Lightning's environments log to), and a
+plugin's module that a Lightning path serves (``fabric_core_ddp.ddp`` for ``strategies.ddp``) logs under that
+path's name too.
 
 Only in zero-edit mode, which the user turns on: outside it, fabric-core's loggers keep their own names.
 Loggers created before the mode was turned on keep theirs (the mode starts before the program's imports).
@@ -25,6 +28,13 @@ __all__ = ["lightning_name", "serve_lightning_names"]
 #: The package name Lightning's records use (the unified ``lightning`` package's).
 LIGHTNING: Final = "lightning.fabric"
 _PREFIXES: Final = ("fabric_core", "lightning_fabric")
+#: fabric_core's component folders whose modules Lightning keeps in another package: ``{ours: Lightning's}``.
+_FOLDERS: Final = {
+    "environments": "plugins.environments",
+    "io": "plugins.io",
+    "launchers": "strategies.launchers",
+    "precision": "plugins.precision",
+}
 _plugin_paths: dict[str, str] | None = None
 _resolving = threading.local()
 
@@ -48,6 +58,10 @@ def _plugin_modules() -> dict[str, str]:
 
 def lightning_name(name: str) -> str:
     """The name Lightning's record for the logger ``name`` has (``name`` itself when it is not ours)."""
+    if name.startswith("fabric_core."):
+        folder, dot, rest = name[len("fabric_core.") :].partition(".")
+        if folder in _FOLDERS:
+            return f"{LIGHTNING}.{_FOLDERS[folder]}{dot}{rest}"
     for prefix in _PREFIXES:
         if name == prefix or name.startswith(prefix + "."):
             return LIGHTNING + name[len(prefix) :]

@@ -53,7 +53,7 @@ def test_no_children_when_the_environment_created_the_processes(monkeypatch: pyt
     monkeypatch.setenv("LOCAL_RANK", "1")
     launcher = SubprocessScriptLauncher(LightningEnvironment(), num_processes=2, num_nodes=1)
     assert launcher.launch(lambda x: x * 2, 21) == 42
-    assert launcher.children == []
+    assert launcher.procs == []
     assert not launcher.is_interactive_compatible
     assert not launcher.requires_function
 

@@ -83,8 +83,13 @@ class SLURMEnvironment(ScheduledEnvironment):
 
     @staticmethod
     def detect() -> bool:
-        """Whether this process is an ``srun`` task (``SLURM_NTASKS`` set, and not an interactive job)."""
-        return "SLURM_NTASKS" in os.environ and SLURMEnvironment.job_name() not in _INTERACTIVE_JOB_NAMES
+        """Whether this process is an ``srun`` task (``SLURM_NTASKS`` set, and not an interactive job).
+
+        Warns, as Lightning's does, where ``srun`` exists but did not start this process: on a SLURM cluster a
+        multi-device job started with plain ``python`` would wait forever for the other tasks.
+        """
+        _warn_if_srun_unused()
+        return _is_srun_used()
 
     @staticmethod
     def job_name() -> str | None:
@@ -167,7 +172,7 @@ def _check_ntasks() -> None:
 
 def _warn_if_srun_unused() -> None:
     """Warn, as Lightning does, where ``srun`` exists but did not start this process (the job would hang)."""
-    if sys.platform == "win32" or shutil.which("srun") is None or SLURMEnvironment.detect():
+    if sys.platform == "win32" or shutil.which("srun") is None or _is_srun_used():
         return
     hint = " ".join(["srun", os.path.basename(sys.executable), *sys.argv])[:64]
     rank_zero_warn(
@@ -261,7 +266,7 @@ def _malformed(nodelist: str, reason: str) -> InvalidConfigError:
 
 def _is_srun_used() -> bool:
     """Whether ``srun`` started this process: ``SLURM_NTASKS`` is set and the job is not interactive."""
-    return SLURMEnvironment.detect()
+    return "SLURM_NTASKS" in os.environ and not _is_slurm_interactive_mode()
 
 
 def _is_slurm_interactive_mode() -> bool:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import pickle
 import random
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
-from torch.multiprocessing.spawn import ProcessRaisedException, start_processes
+import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessRaisedException
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers._failure import record_failure
@@ -27,7 +28,6 @@ __all__ = ["MultiProcessingLauncher"]
 
 #: The start methods of ``multiprocessing`` among :data:`~fabric_core.launchers.launcher.START_METHODS`.
 _PROCESS_START_METHODS: Final = tuple(m for m in START_METHODS if m != "popen")
-_JOIN_POLL_SECONDS: Final = 0.05
 
 
 class MultiProcessingLauncher(Launcher):
@@ -40,12 +40,17 @@ class MultiProcessingLauncher(Launcher):
     settings of this process are restored in each worker. With ``"fork"`` the workers inherit this process
     as it is; it works in notebooks but not once CUDA is initialised.
 
+    The processes are started through ``torch.multiprocessing`` (the module global ``mp``, Lightning's name,
+    where Lightning's tests patch it) and joined before ``launch`` returns. Rank 0's result travels through a
+    file of a temporary folder, read once every worker has ended, so a result of any size never blocks its
+    sender.
+
     Args:
         strategy: The strategy the workers run; its ranks are set in each worker.
         start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``.
 
     Raises:
-        InvalidConfigError: An unknown start method, or one this platform does not support.
+        InvalidConfigError: An unknown start method, or one this platform does not support (a ``ValueError``).
     """
 
     def __init__(self, strategy: LaunchedStrategy, start_method: str = "spawn") -> None:
@@ -56,16 +61,26 @@ class MultiProcessingLauncher(Launcher):
                 argument="start_method",
                 value=start_method,
             )
-        if start_method not in multiprocessing.get_all_start_methods():
+        available = mp.get_all_start_methods()
+        if start_method not in available:
             raise InvalidConfigError(
-                f"`start_method={start_method!r}` is not supported on this platform ({sys.platform}); "
-                f"available: {', '.join(multiprocessing.get_all_start_methods())}. "
-                "Use `strategy='ddp_spawn'` instead.",
+                f"The start method {start_method!r} is not available on this platform ({sys.platform}). Available "
+                f"methods are: {', '.join(available)}. Use `strategy='ddp_spawn'` instead.",
                 argument="start_method",
                 value=start_method,
             )
         self.strategy = strategy
         self.start_method = start_method
+
+    @property
+    def _strategy(self) -> LaunchedStrategy:
+        """Lightning's name for :attr:`strategy`."""
+        return self.strategy
+
+    @property
+    def _start_method(self) -> str:
+        """Lightning's name for :attr:`start_method`."""
+        return self.start_method
 
     @property
     def is_interactive_compatible(self) -> bool:
@@ -84,45 +99,78 @@ class MultiProcessingLauncher(Launcher):
             torch.multiprocessing.ProcessRaisedException: A worker raised (its traceback is included);
                 the other workers are terminated.
         """
-        self._check_can_start()
+        # Called by Lightning's names, the module globals its tests patch.
+        if self.start_method == "fork":
+            _check_bad_cuda_fork()
+        else:
+            _check_missing_main_guard()
         environment = self.strategy.cluster_environment
         if environment is not None:
-            os.environ["MASTER_ADDR"] = environment.main_address
+            os.environ["MASTER_ADDR"] = str(environment.main_address)
             os.environ["MASTER_PORT"] = str(environment.main_port)
-        num_processes = self.strategy.num_processes
-        set_num_threads_if_needed(num_processes)
-        work: tuple[Any, ...] = (function, args, kwargs, self.strategy)
         # Not pickled here: torch.multiprocessing pickles each worker's arguments itself, with its reductions
         # that put tensors in shared memory (one handle per worker).
-        payload = work if self.start_method == "fork" else (*work, GlobalState.capture())
-        mp_context = multiprocessing.get_context(self.start_method)
-        results, failures = mp_context.SimpleQueue(), mp_context.SimpleQueue()
-        context = start_processes(  # type: ignore[no-untyped-call]
-            _run_worker,
-            args=(payload, results, failures),
-            nprocs=num_processes,
-            start_method=self.start_method,
-            join=False,
-        )
-        # Read while joining: a result larger than the pipe buffer blocks its sender until it is read.
-        received: bytes | None = None
-        while True:
-            if received is None and not results.empty():
-                received = results.get()
+        failures = mp.get_context(self.start_method).SimpleQueue()
+        with tempfile.TemporaryDirectory(prefix="fabric-core-launch-") as folder:
+            channel = _Channel(os.path.join(folder, "result.pickle"), failures)
+            process_args: tuple[Any, ...] = (function, args, kwargs, channel)
+            if self.start_method != "fork":  # a fresh process: it gets this one's settings
+                process_args += (GlobalState.capture(),)
             try:
-                if context.join(timeout=_JOIN_POLL_SECONDS):
-                    break
+                mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
+                    self._wrapping_function,
+                    args=process_args,
+                    nprocs=self.strategy.num_processes,
+                    start_method=self.start_method,
+                )
             except ProcessRaisedException as error:
-                raise _root_cause(error, failures, context.pids()) from None
-        if received is None and not results.empty():
-            received = results.get()
-        return pickle.loads(received) if received is not None else None
+                raise _root_cause(error, failures) from None
+            return channel.read()
 
-    def _check_can_start(self) -> None:
-        if self.start_method == "fork":
-            check_can_fork()
-        else:
-            check_main_guard()
+    def _wrapping_function(
+        self,
+        process_index: int,
+        function: Callable[..., Any],
+        args: Any,
+        kwargs: Any,
+        channel: _Channel,
+        global_state: GlobalState | None = None,
+    ) -> None:
+        """Run in each worker (Lightning's name): set it up, run ``function``, hand rank 0's result over."""
+        if global_state is not None:  # spawned: restore this process's settings, take modules out of shared memory
+            global_state.restore()
+            args, kwargs = _unshare_module_memory((args, kwargs))
+        set_num_threads_if_needed(self.strategy.num_processes)
+        os.environ["LOCAL_RANK"] = str(process_index)
+        self.strategy.set_world_ranks()
+        try:
+            output = function(*args, **kwargs)
+        except BaseException:
+            # Recorded before this process's exit closes its connections: the parent reports the first failure
+            # (the cause), and the exit hook must not wait for the other ranks.
+            channel.failures.put((process_index, os.getpid(), traceback.format_exc()))
+            record_failure()
+            raise
+        if process_index == 0:
+            channel.write(move_data_to_device(output, "cpu"))
+
+
+@dataclass(frozen=True)
+class _Channel:
+    """What the workers hand back: rank 0's result (a file, read after the join) and each failure (a queue)."""
+
+    result_path: str
+    failures: Any
+
+    def write(self, output: Any) -> None:
+        with open(self.result_path, "wb") as file:
+            pickle.dump(output, file)
+
+    def read(self) -> Any:
+        if not os.path.exists(self.result_path):
+            return None
+        with open(self.result_path, "rb") as file:
+            return pickle.load(file)  # written by rank 0 of this launch, in a folder of its own
 
 
 def check_main_guard() -> None:
@@ -131,11 +179,12 @@ def check_main_guard() -> None:
     Raises:
         RuntimeError: The script starts processes at import time (no ``if __name__ == "__main__":`` guard).
     """
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    if getattr(mp.current_process(), "_inheriting", False):
         raise RuntimeError(
-            "`fabric.launch()` was called while a spawned worker was importing the main module: the script "
-            'starts processes at import time. Put the code that creates `Fabric` and calls `launch()` under `if '
-            '__name__ == "__main__":`, or use `strategy="ddp"`.'
+            "`fabric.launch()` was called while a spawned worker was importing the main module: launching processes "
+            "with the 'spawn' start method requires that your script guards the main function with "
+            '`if __name__ == "__main__":`, and this script starts processes at import time. Put the code that '
+            'creates `Fabric` and calls `launch()` under that guard, or use `strategy="ddp"`.'
         )
 
 
@@ -188,7 +237,7 @@ class GlobalState:
             numpy.random.set_state(self.numpy_rng)
 
 
-def _root_cause(error: ProcessRaisedException, failures: Any, pids: list[int]) -> ProcessRaisedException:
+def _root_cause(error: ProcessRaisedException, failures: Any) -> ProcessRaisedException:
     """The error of the worker that failed first.
 
     When one worker raises, its peers' collectives fail too, and torch reports whichever failed worker it
@@ -197,11 +246,11 @@ def _root_cause(error: ProcessRaisedException, failures: Any, pids: list[int]) -
     """
     if failures.empty():
         return error
-    index, trace = failures.get()
+    index, pid, trace = failures.get()
     if index == error.error_index:
         return error
     message = f"\n\n-- Process {index} terminated with the following error:\n{trace}"
-    return ProcessRaisedException(message, index, pids[index])
+    return ProcessRaisedException(message, index, pid)
 
 
 def _unshare_module_memory(data: Any) -> Any:
@@ -221,26 +270,8 @@ def _unshare_module_memory(data: Any) -> Any:
     return apply_to_collection(data, torch.nn.Module, unshare)
 
 
-def _run_worker(process_index: int, payload: tuple[Any, ...], results: Any, failures: Any) -> None:
-    function, args, kwargs, strategy, *state = payload
-    if state:  # spawned: restore this process's settings, and take the modules out of shared memory
-        state[0].restore()
-        args, kwargs = _unshare_module_memory((args, kwargs))
-    os.environ["LOCAL_RANK"] = str(process_index)
-    strategy.set_world_ranks()
-    try:
-        output = function(*args, **kwargs)
-    except BaseException:
-        # Recorded before this process's exit closes its connections: the parent reports the first failure
-        # (the cause), and the exit hook must not wait for the other ranks.
-        failures.put((process_index, traceback.format_exc()))
-        record_failure()
-        raise
-    if process_index == 0:
-        results.put(pickle.dumps(move_data_to_device(output, "cpu")))
-
-
-# Lightning's private names at this module's Lightning path (``strategies.launchers.multiprocessing``).
+# Lightning's private names at this module's Lightning path (``strategies.launchers.multiprocessing``); `launch`
+# calls the two checks by these names.
 _MultiProcessingLauncher = MultiProcessingLauncher
 _GlobalStateSnapshot = GlobalState
 _check_bad_cuda_fork = check_can_fork

@@ -315,6 +315,10 @@ class ParallelStrategy(Strategy):
 
         rank_zero_only.rank = environment.global_rank()
 
+    def _set_world_ranks(self) -> None:
+        """Lightning's name for :meth:`set_world_ranks` (its strategies define it; launched code calls it)."""
+        self.set_world_ranks()
+
     def setup_environment(self) -> None:
         """Prepare the device, then join the process group (no-op if this process already has one, or is the
         only one)."""
