@@ -1,47 +1,38 @@
 """torch.distributed helpers with Lightning's contracts, built on fabric-core's collectives.
 
 Lightning Fabric's ``utilities.distributed`` has private helpers that real code (lightning.pytorch, LitGPT,
-torchmetrics-style code) calls directly: ``_sync_ddp_if_available``, ``_init_dist_connection``, ... They are
-served from here under Lightning's names (see :mod:`fabric_core.utilities.distributed`); each is a thin layer
-over the one place fabric-core does the same thing (:mod:`fabric_core.strategies._collectives`, the rendezvous,
-Fabric's infinite barrier).
+torchmetrics-style code) calls directly: ``_sync_ddp_if_available``, ``_gather_all_tensors``, ... Those built
+on the collectives are served from here under Lightning's names (see :mod:`fabric_core.utilities.distributed`,
+which holds the others); each is a thin layer over the one place fabric-core does the same thing
+(:mod:`fabric_core.strategies._collectives`).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import signal
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from fabric_core.strategies import _collectives
-from fabric_core.utilities.rank_zero import rank_zero_info
-
-if TYPE_CHECKING:
-    from fabric_core.environments.environment import ClusterEnvironment
+from fabric_core.utilities.distributed import _suggested_max_num_threads
 
 __all__ = [
-    "InfiniteBarrier",
     "all_gather_if_available",
     "default_backend_for_device",
-    "destroy_process_group",
     "distributed_is_initialized",
     "gather_all_tensors",
     "group",
-    "init_process_group_from_environment",
     "is_dtensor",
-    "set_num_threads_if_needed",
     "suggested_max_num_threads",
     "sync",
     "sync_if_available",
 ]
 
 distributed_is_initialized = _collectives.distributed
+#: The threads per process (``fabric-core run`` reads it); the helper lives at Lightning's path.
+suggested_max_num_threads = _suggested_max_num_threads
 
 if _collectives.DIST_AVAILABLE:
     from torch.distributed import group
@@ -108,98 +99,9 @@ def all_gather_if_available(tensor: Tensor, group: Any = None, sync_grads: bool 
         return torch.stack(all_gather(tensor, group if group is not None else dist.group.WORLD))  # type: ignore[no-untyped-call]
 
 
-def init_process_group_from_environment(
-    cluster_environment: ClusterEnvironment,
-    torch_distributed_backend: str,
-    global_rank: int | None = None,
-    world_size: int | None = None,
-    **kwargs: Any,
-) -> None:
-    """Create the default process group from a cluster environment's address, port, rank and world size.
-
-    Nothing happens when a group exists already. ``MASTER_ADDR``/``MASTER_PORT`` are set from the environment,
-    as ``torch.distributed`` reads them.
-
-    Raises:
-        RuntimeError: This torch build has no ``torch.distributed``.
-    """
-    if not dist.is_available():
-        raise RuntimeError("torch.distributed is not available. Cannot initialize distributed process group")
-    if dist.is_initialized():
-        return
-    rank = cluster_environment.global_rank() if global_rank is None else global_rank
-    size = cluster_environment.world_size() if world_size is None else world_size
-    os.environ["MASTER_ADDR"] = cluster_environment.main_address
-    os.environ["MASTER_PORT"] = str(cluster_environment.main_port)
-    dist.init_process_group(torch_distributed_backend, rank=rank, world_size=size, **kwargs)
-    if torch_distributed_backend == "nccl":
-        atexit.register(destroy_process_group)
-    rank_zero_info(f"Initialized distributed: backend={torch_distributed_backend}, {size} processes")
-
-
-def destroy_process_group() -> None:
-    """Destroy the default process group, if any, with Ctrl-C ignored meanwhile."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        if distributed_is_initialized():
-            dist.destroy_process_group()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def default_backend_for_device(device: torch.device) -> str:
     """The process-group backend torch uses for ``device``'s type (``nccl`` for cuda), else ``gloo``."""
     return dist.Backend.default_device_backend_map.get(device.type, "gloo")
-
-
-def suggested_max_num_threads(num_processes: int = 1) -> int:
-    """The CPU threads each of ``num_processes`` processes on this machine may use (at least 1).
-
-    Raises:
-        ValueError: ``num_processes`` < 1.
-    """
-    if num_processes < 1:
-        raise ValueError(f"`num_processes` should be >= 1, got {num_processes}.")
-    from fabric_core.utilities.data import _num_cpus_available
-
-    return max(1, _num_cpus_available() // num_processes)
-
-
-def set_num_threads_if_needed(num_processes: int = 1) -> None:
-    """Share the CPUs among ``num_processes`` processes, unless ``OMP_NUM_THREADS`` says how many already."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        threads = suggested_max_num_threads(num_processes)
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-
-
-class InfiniteBarrier:
-    """A barrier that never times out, on a gloo group of its own (``with InfiniteBarrier() as barrier``).
-
-    Calling it waits for every rank; leaving the block waits once more and releases the group. Without a process
-    group it does nothing. Fabric's own ``fabric.barrier`` for long downloads uses the same barrier.
-    """
-
-    def __init__(self) -> None:
-        self._context: Any = None
-        self.barrier: Any = lambda: None
-
-    def __call__(self) -> None:
-        self.barrier()
-
-    def __enter__(self) -> InfiniteBarrier:
-        from fabric_core._fabric_checks import infinite_barrier
-
-        self._context = infinite_barrier()
-        self.barrier = self._context.__enter__()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        context, self._context = self._context, None
-        if context is not None:
-            context.__exit__(exc_type, exc, traceback)
 
 
 def is_dtensor(tensor: Any) -> bool:

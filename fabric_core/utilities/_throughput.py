@@ -276,6 +276,15 @@ def _cuda_chip(name: str) -> str | None:
     return next((chip for marker, chip in _CHIP_PATTERNS if marker in name), None)
 
 
+def _is_ampere_or_later(device: torch.device) -> bool:
+    """Whether the GPU has TF32 tensor cores, asked where Lightning asks it: ``accelerators.cuda._is_ampere_or_later``
+    at call time (the CUDA plugin's module, or its stand-in), so that a patched answer is the one read here."""
+    import importlib
+
+    cuda = importlib.import_module("fabric_core.accelerators.cuda")
+    return bool(cuda._is_ampere_or_later(device))
+
+
 def get_available_flops(device: torch.device, dtype: torch.dtype | str) -> int | None:
     """Peak FLOPs per second of ``device`` computing in ``dtype``: the denominator of MFU.
 
@@ -298,7 +307,7 @@ def get_available_flops(device: torch.device, dtype: torch.dtype | str) -> int |
             return None
         if (
             dtype is torch.float32
-            and torch.cuda.get_device_capability(device)[0] >= 8
+            and _is_ampere_or_later(device)
             and torch.get_float32_matmul_precision() != "highest"
         ):
             dtype = "tfloat32"

@@ -31,7 +31,7 @@ class AttributeDict(dict[str, Any]):
         try:
             del self[key]
         except KeyError:
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute {key!r}") from None
+            raise _MissingKey(f"'{type(self).__name__}' object has no attribute {key!r}") from None
 
     def __repr__(self) -> str:
         if not self:
@@ -39,3 +39,11 @@ class AttributeDict(dict[str, Any]):
         keys = sorted(self, key=str)
         width = max(len(repr(k)) for k in keys) + 1
         return "\n".join(f"{repr(k) + ':':<{width}} {self[k]!r}" for k in keys)
+
+
+class _MissingKey(AttributeError, KeyError):
+    """Deleting an attribute that is not there: an ``AttributeError``, as Python expects of ``delattr``, and the
+    ``KeyError`` Lightning's ``AttributeDict`` raises."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])  # the message as it is, not quoted as a key

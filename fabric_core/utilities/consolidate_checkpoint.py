@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fabric_core._deferred import lightning_reexports
+from fabric_core.utilities.imports import _TORCH_GREATER_EQUAL_2_3
 
 __all__ = ["main"]
 
@@ -50,6 +51,9 @@ def _process_cli_args(args: Namespace) -> Namespace:
     """
     from fabric_core.io.distributed import is_distributed_checkpoint
 
+    if not _TORCH_GREATER_EQUAL_2_3:  # Lightning's flag, read here as Lightning reads it (fabric-core needs more)
+        _log.error("Processing distributed checkpoints requires PyTorch >= 2.3.")
+        sys.exit(1)
     folder = Path(args.checkpoint_folder)
     if not folder.exists():
         _log.error(f"The provided checkpoint folder does not exist: {folder}")
@@ -59,8 +63,9 @@ def _process_cli_args(args: Namespace) -> Namespace:
         sys.exit(1)
     if not is_distributed_checkpoint(folder):
         _log.error(
-            "Only sharded checkpoints written by `torch.distributed.checkpoint` (with a `.metadata` file) can be "
-            f"consolidated. The provided folder is not in that format: {folder}"
+            "Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation, and those "
+            "fabric-core writes: folders of `torch.distributed.checkpoint` with a `.metadata` file (FSDP, "
+            f"ModelParallel). The provided folder is not in that format: {folder}"
         )
         sys.exit(1)
     output = folder.with_name(folder.name + ".consolidated") if args.output_file is None else Path(args.output_file)

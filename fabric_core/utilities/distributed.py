@@ -1,15 +1,30 @@
-"""Questions about the processes of a job that need all of them to answer (collective; call on every rank)."""
+"""Questions about the processes of a job that need all of them to answer (collective; call on every rank).
+
+Also Lightning's helpers at this path that code calls and Lightning's tests patch here: joining and leaving the
+default process group (``_init_dist_connection``), the threads per process (``_set_num_threads_if_needed``) and
+the barrier that never times out (``_InfiniteBarrier``). They read ``torch``, ``atexit``,
+``_num_cpus_available`` and ``_distributed_is_initialized`` as this module's globals, at call time.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import re
 import secrets
+import signal
 import time
+from datetime import timedelta
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import torch
+
 from fabric_core._deferred import lightning_reexports, reexports
+from fabric_core.utilities.data import _num_cpus_available
+from fabric_core.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from fabric_core.utilities.data import DistributedSamplerWrapper
@@ -24,17 +39,11 @@ __getattr__ = reexports(
     {
         "DistributedSamplerWrapper": "fabric_core.utilities.data",
         "_DatasetSamplerWrapper": "fabric_core.utilities.data:_SamplerIndices",
-        "_InfiniteBarrier": f"{_PG}:InfiniteBarrier",
         "_all_gather_ddp_if_available": f"{_PG}:all_gather_if_available",
-        "_destroy_dist_connection": f"{_PG}:destroy_process_group",
-        "_distributed_is_initialized": f"{_PG}:distributed_is_initialized",
         "_gather_all_tensors": f"{_PG}:gather_all_tensors",
         "_get_default_process_group_backend_for_device": f"{_PG}:default_backend_for_device",
-        "_init_dist_connection": f"{_PG}:init_process_group_from_environment",
         "_is_dtensor": f"{_PG}:is_dtensor",
-        "_set_num_threads_if_needed": f"{_PG}:set_num_threads_if_needed",
         "_simple_gather_all_tensors": f"{_PG}:_simple_gather_all_tensors",
-        "_suggested_max_num_threads": f"{_PG}:suggested_max_num_threads",
         "_sync_ddp": f"{_PG}:sync",
         "_sync_ddp_if_available": f"{_PG}:sync_if_available",
         "group": f"{_PG}:group",
@@ -45,6 +54,7 @@ __getattr__ = reexports(
 
 _T = TypeVar("_T")
 _PROBE_PREFIX = ".fabric_core_shared_fs."
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class _Processes(Protocol):
@@ -88,7 +98,8 @@ def is_shared_filesystem(
         timeout: How long a process waits for the probes of other nodes before deciding "not shared".
 
     Returns:
-        ``True`` for a single process, or when all processes see the same folder.
+        ``True`` for a single process, a remote URL (``s3://...``), or when all processes see the same folder;
+        ``False`` also when the processes pass different paths (as in Lightning).
 
     Raises:
         FileNotFoundError: ``path`` does not exist on some process (named by the message on that rank).
@@ -96,15 +107,20 @@ def is_shared_filesystem(
     """
     if timeout < 0:
         raise ValueError(f"`is_shared_filesystem(timeout={timeout!r})`: the timeout must be 0 or more seconds.")
+    if path is not None and _URL.match(os.fspath(path)) and not os.fspath(path).startswith("file://"):
+        return True  # an object store or another remote filesystem: every process reaches the same one
     if strategy.world_size <= 1:
         return True
-    folder = Path.cwd() if path is None else Path(path)
-    folder = folder.parent if folder.is_file() else folder
+    target = Path(Path.cwd() if path is None else path).resolve()
+    if not strategy.reduce_boolean_decision(strategy.broadcast(target, src=0) == target, all=True):
+        return False  # the processes asked about different paths
+    folder = target.parent if target.is_file() else target
     if not strategy.reduce_boolean_decision(folder.is_dir(), all=True):
         where = "here" if not folder.is_dir() else "on another process"
         raise FileNotFoundError(
-            f"`is_shared_filesystem(path={os.fspath(folder)!r})`: the folder does not exist {where}; it must exist "
-            "on every node."
+            "Unable to determine if the path belongs to a shared filesystem. The path does not exist: "
+            f"`is_shared_filesystem(path={os.fspath(folder)!r})` found no such folder {where}; it must exist on "
+            "every node."
         )
     node, local, num_nodes = _layout(strategy)
     # Unique to this call, so that concurrent checks of one folder and a killed check's leftovers never count.
@@ -129,3 +145,116 @@ def is_shared_filesystem(
         if local == 0:
             with contextlib.suppress(OSError):
                 probe.unlink()
+
+
+# -- Lightning's helpers at this path -----------------------------------------------------------------------
+_FOREVER = timedelta(days=10000)
+
+
+class _Rendezvous(Protocol):
+    """What :func:`_init_dist_connection` reads of a cluster environment."""
+
+    @property
+    def main_address(self) -> str: ...
+
+    @property
+    def main_port(self) -> int: ...
+
+    def global_rank(self) -> int: ...
+
+    def world_size(self) -> int: ...
+
+
+def _distributed_is_initialized() -> bool:
+    """Whether a default process group exists (torch may be built without distributed support)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _suggested_max_num_threads(num_processes: int = 1) -> int:
+    """The CPU threads each of ``num_processes`` processes on this machine may use (at least 1).
+
+    Raises:
+        ValueError: ``num_processes`` < 1.
+    """
+    if num_processes < 1:
+        raise ValueError(f"`num_processes` should be >= 1, got {num_processes}.")
+    return max(1, _num_cpus_available() // num_processes)
+
+
+def _set_num_threads_if_needed(num_processes: int = 1) -> None:
+    """Share the CPUs among ``num_processes`` processes, unless ``OMP_NUM_THREADS`` says how many already."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        threads = _suggested_max_num_threads(num_processes)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def _init_dist_connection(
+    cluster_environment: _Rendezvous,
+    torch_distributed_backend: str,
+    global_rank: int | None = None,
+    world_size: int | None = None,
+    **kwargs: Any,
+) -> None:
+    """Create the default process group from a cluster environment's address, port, rank and world size.
+
+    Nothing happens when a group exists already. ``MASTER_ADDR``/``MASTER_PORT`` are set from the environment,
+    as ``torch.distributed`` reads them. An NCCL group is destroyed at exit.
+
+    Raises:
+        RuntimeError: This torch build has no ``torch.distributed``.
+    """
+    if not torch.distributed.is_available():
+        raise RuntimeError("torch.distributed is not available. Cannot initialize distributed process group")
+    if torch.distributed.is_initialized():
+        return
+    rank = cluster_environment.global_rank() if global_rank is None else global_rank
+    size = cluster_environment.world_size() if world_size is None else world_size
+    os.environ["MASTER_ADDR"] = cluster_environment.main_address
+    os.environ["MASTER_PORT"] = str(cluster_environment.main_port)
+    torch.distributed.init_process_group(torch_distributed_backend, rank=rank, world_size=size, **kwargs)
+    if torch_distributed_backend == "nccl":
+        atexit.register(_destroy_dist_connection)
+    rank_zero_info(f"Initialized distributed: backend={torch_distributed_backend}, {size} processes")
+
+
+def _destroy_dist_connection() -> None:
+    """Destroy the default process group, if any, with Ctrl-C ignored meanwhile."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if _distributed_is_initialized():
+            torch.distributed.destroy_process_group()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _InfiniteBarrier:
+    """A barrier that never times out, on a gloo group of its own (``with _InfiniteBarrier() as barrier``).
+
+    Calling it waits for every rank; leaving the block waits once more and releases the group. Without a process
+    group it does nothing. ``fabric.rank_zero_first()`` waits with it (a rank may download data for hours).
+    """
+
+    def __init__(self) -> None:
+        self.group: Any = None
+        self.barrier: Any = lambda: None
+
+    def __call__(self) -> None:
+        self.barrier()
+
+    def __enter__(self) -> _InfiniteBarrier:
+        if _distributed_is_initialized():
+            self.group = torch.distributed.new_group(backend="gloo", timeout=_FOREVER)
+            self.barrier = self.group.monitored_barrier  # the group's own timeout: forever
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        group, self.group = self.group, None
+        if group is None:
+            return
+        try:
+            self.barrier()
+        finally:
+            torch.distributed.destroy_process_group(group)
