@@ -6,15 +6,12 @@ never inside a training step.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
-from collections.abc import Callable, Generator, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
@@ -27,7 +24,7 @@ from fabric_core.errors import (
     PathIsADirectoryError,
     PossibleUserWarning,
 )
-from fabric_core.strategies import _collectives
+from fabric_core.launchers.launcher import Launcher
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled
@@ -43,7 +40,6 @@ __all__ = [
     "check_save",
     "check_save_filter",
     "check_set_up_module",
-    "infinite_barrier",
     "no_logger",
     "warn_if_on_several_devices",
     "warn_no_backward_sync",
@@ -182,8 +178,10 @@ def check_save(strategy: Strategy, path: object, state: object, filter: object) 
     if filter is not None:
         check_save_filter(filter, state)
     target = check_save_path(path)
-    # The base strategy writes `path` as one file through the CheckpointIO; others may write folders there.
-    if type(strategy).save_checkpoint is Strategy.save_checkpoint and target.is_dir():
+    # The base strategy writes `path` as one file through the CheckpointIO; others (and a `save_checkpoint` set
+    # on the instance) may write folders there.
+    writes_one_file = getattr(strategy.save_checkpoint, "__func__", None) is Strategy.save_checkpoint
+    if writes_one_file and target.is_dir():
         raise PathIsADirectoryError(
             f"`fabric.save(path={os.fspath(target)!r})`: the path is a folder, but the {type(strategy).__name__} "
             "saves a checkpoint as one file. Pass a file path inside it, e.g. "
@@ -281,13 +279,15 @@ def check_launch(strategy: Strategy, function: object, cli: bool, *, given: bool
             was given but the strategy's launcher needs one.
     """
     if cli:
+        # Lightning's sentence, its two spaces included (code matches it), then what to do.
         raise RuntimeError(
-            "This script was launched through the CLI, and processes have already been created. Calling "
-            "`.launch()` again is not allowed."
+            "This script was launched through the CLI, and processes have already been created. Calling  "
+            "`.launch()` again is not allowed. Remove the `fabric.launch()` call, or run the script with plain "
+            "`python` to let `launch()` start the processes."
         )
     if not given:
         launcher = strategy.launcher
-        if launcher is not None and launcher.requires_function:
+        if isinstance(launcher, Launcher) and launcher.requires_function:
             raise TypeError(
                 f"To spawn processes with the `{type(strategy).__name__}` strategy, `.launch()` needs to be"
                 " called with a function that contains the code to launch in processes."
@@ -342,27 +342,8 @@ def check_set_up_module(module: object) -> Module:
 def warn_no_backward_sync(strategy: Strategy) -> None:
     """Warn that ``strategy`` cannot skip the gradient synchronisation ``fabric.no_backward_sync`` asks for."""
     rank_zero_warn(
-        f"The `{type(strategy).__name__}` does not support skipping the gradient synchronization."
+        f"The `{strategy.__class__.__name__}` does not support skipping the gradient synchronization."
         " Remove `.no_backward_sync()` from your code or choose a different strategy.",
         category=PossibleUserWarning,
         stacklevel=3,  # the user's `fabric.no_backward_sync(...)` line
     )
-
-
-@contextlib.contextmanager
-def infinite_barrier() -> Generator[Callable[[], None], None, None]:
-    """A barrier on its own gloo group that never times out (a rank may download data for hours)."""
-    dist = torch.distributed
-    if not _collectives.distributed():
-        yield lambda: None
-        return
-    group = dist.new_group(backend="gloo", timeout=timedelta(days=10000))
-
-    def wait() -> None:
-        dist.monitored_barrier(group=group, timeout=timedelta(days=10000), wait_all_ranks=True)
-
-    try:
-        yield wait
-        wait()
-    finally:
-        dist.destroy_process_group(group)

@@ -15,9 +15,9 @@ from typing import Any
 
 from torch import Tensor
 
-from fabric_core import _fabric_checks as checks
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
+from fabric_core.utilities.distributed import _InfiniteBarrier
 
 __all__ = ["Collectives"]
 
@@ -35,7 +35,9 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and none were launched.
         """
-        if not self._launched and not self._strategy.single_process:
+        # Read from the strategy's class, which declares it (and which `Mock(spec=DDPStrategy)` reports); an
+        # object that is no strategy of ours needs launching, as in Lightning.
+        if not self._launched and not getattr(self._strategy.__class__, "single_process", False):
             raise RuntimeError(
                 "To use Fabric with more than one device, you must call `.launch()` or use the CLI:"
                 " `fabric-core run --help`."
@@ -124,13 +126,16 @@ class Collectives:
     def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
         """Run the block on rank 0 first; the other processes run it once rank 0 is done.
 
+        The waits are calls of Lightning's ``utilities.distributed._InfiniteBarrier``, which never times out:
+        rank 0 may download data for hours.
+
         Args:
             local: Let local rank 0 of each node go first (for data on disks that nodes do not share).
         """
         rank = self._strategy.local_rank if local else self._strategy.global_rank
-        with checks.infinite_barrier() as wait:
+        with _InfiniteBarrier() as barrier:
             if rank > 0:
-                wait()
+                barrier()
             yield
             if rank == 0:
-                wait()
+                barrier()

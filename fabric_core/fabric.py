@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 from fabric_core import _fabric_checks as checks
 from fabric_core import _lightning_module as lightning_module
@@ -29,13 +29,11 @@ from fabric_core._signature import call_with_accepted, call_with_keywords, hooks
 from fabric_core.loggers._aggregate import reduce_metrics
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.single_device import SingleDeviceStrategy
-from fabric_core.strategies.strategy import Strategy
+from fabric_core.strategies.strategy import Strategy, _Sharded
 from fabric_core.utilities import data as data_utils
 from fabric_core.utilities._active import set_active_strategy
-from fabric_core.utilities.apply_func import (
-    convert_tensors_to_scalars,
-    move_data_to_device,
-)
+from fabric_core.utilities.apply_func import convert_tensors_to_scalars, move_data_to_device
+from fabric_core.utilities.data import _replace_dunder_methods
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core.utilities.seed import seed_everything as _seed_everything
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled, unwrap_objects
@@ -404,10 +402,11 @@ class Fabric(Checkpoints):
             TypeError: ``module`` was not set up by this ``Fabric``.
         """
         forward_module = checks.check_set_up_module(module)
-        control = self._strategy.backward_sync_control
+        if isinstance(self._strategy, SingleDeviceStrategy):  # nothing to synchronise on one device
+            return contextlib.nullcontext()
+        control = self._strategy._backward_sync_control  # Lightning's attribute, which every strategy sets
         if control is None:
-            if not isinstance(self._strategy, SingleDeviceStrategy):  # nothing to synchronise on one device
-                checks.warn_no_backward_sync(self._strategy)
+            checks.warn_no_backward_sync(self._strategy)
             return contextlib.nullcontext()
         return control.no_backward_sync(forward_module, enabled)
 
@@ -435,9 +434,12 @@ class Fabric(Checkpoints):
         return self._strategy.module_init_context(empty_init=empty_init)
 
     def sharded_model(self) -> contextlib.AbstractContextManager[Any]:
-        """Deprecated: use :meth:`init_module`."""
+        """Deprecated: use :meth:`init_module`. A sharding strategy's ``module_sharded_context()``, else nothing."""
         rank_zero_deprecation("`Fabric.sharded_model()` is deprecated in favor of `Fabric.init_module()`.")
-        return self.init_module()
+        self._validate_launched()
+        if isinstance(self._strategy, _Sharded):
+            return self._strategy.module_sharded_context()
+        return contextlib.nullcontext()
 
     # -- processes ------------------------------------------------------------------------------------------
     def launch(self, function: Callable[..., Any] = _do_nothing, *args: Any, **kwargs: Any) -> Any:
@@ -483,7 +485,10 @@ class Fabric(Checkpoints):
         # In a spawned worker this Fabric is an unpickled copy: its strategy is the one helpers must use.
         set_active_strategy(self._strategy)
         self._strategy.setup_environment()
-        return to_run(*args, **kwargs)
+        # Loaders and batch samplers created in the launched code record their arguments, so that
+        # `setup_dataloaders` can build them again around a distributed sampler (read here: Lightning's name).
+        with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+            return to_run(*args, **kwargs)
 
     # -- callbacks and loggers -----------------------------------------------------------------------------
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:

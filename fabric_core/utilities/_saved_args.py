@@ -158,12 +158,14 @@ def _replace_dunder_methods(base_cls: type, store_explicit_arg: str | None = Non
             if name in cls.__dict__ or cls is base_cls:
                 setattr(cls, f"__old{name}", getattr(cls, name))
                 setattr(cls, name, _wrap_attr_method(getattr(cls, name), tag))
-    yield
-    for cls in classes:
-        for name in ("__setattr__", "__delattr__", "__init__"):
-            if f"__old{name}" in cls.__dict__:
-                setattr(cls, name, getattr(cls, f"__old{name}"))
-                delattr(cls, f"__old{name}")
+    try:
+        yield
+    finally:  # also when the block raised: the classes must not stay patched
+        for cls in classes:
+            for name in ("__setattr__", "__delattr__", "__init__"):
+                if f"__old{name}" in cls.__dict__:
+                    setattr(cls, name, getattr(cls, f"__old{name}"))
+                    delattr(cls, f"__old{name}")
 
 
 def _replace_value_in_saved_args(

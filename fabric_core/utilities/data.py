@@ -248,7 +248,8 @@ def replace_sampler(dataloader: DataLoader[Any], sampler: Sampler[Any], **overri
     """Build a new loader like ``dataloader`` that draws its indices from ``sampler``.
 
     Every other argument (dataset, batch size, workers, collate function, pinning, timeout, worker init
-    function, generator, prefetching, ...) is read back from the loader's attributes. A loader built on a
+    function, generator, prefetching, ...) is read back from the loader's attributes, or, for one created
+    inside ``fabric.launch(fn)``, from the arguments it recorded there. A loader built on a
     custom batch sampler gets a new batch sampler of the same class, built as
     ``cls(sampler, batch_size=..., drop_last=...)``.
 
@@ -273,7 +274,15 @@ def replace_sampler(dataloader: DataLoader[Any], sampler: Sampler[Any], **overri
             value=dataloader,
         )
     kwargs = _constructor_arguments(dataloader)
-    kwargs.update(_sampling_arguments(dataloader, sampler))
+    sampling = _sampling_arguments(dataloader, sampler)
+    recorded = _recorded_arguments(dataloader)
+    if recorded:
+        # A batch size the loader's own arguments set (passed again) must not come a second time.
+        own = inspect.signature(loader_cls.__init__).parameters
+        for name in ("batch_size", "drop_last"):
+            if name in sampling and name not in own and name not in recorded:
+                del sampling[name]
+    kwargs.update(sampling)
     kwargs.update(overrides)
     return loader_cls(**kwargs)
 
@@ -282,10 +291,12 @@ def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
     loader_cls = type(dataloader)
     parameters = inspect.signature(loader_cls.__init__).parameters
     names = [n for n, p in list(parameters.items())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    recorded = _recorded_arguments(dataloader)
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        # A subclass that forwards **kwargs to DataLoader: DataLoader's own arguments reach it that way.
+        # A subclass that forwards **kwargs to DataLoader: DataLoader's own arguments reach it that way. Where
+        # the call was recorded, a required one of them (`dataset`) came as one of the subclass's own arguments.
         base = inspect.signature(DataLoader.__init__).parameters
-        names += [n for n in list(base)[1:] if n not in names]
+        names += [n for n, p in list(base.items())[1:] if n not in names and not (recorded and p.default is p.empty)]
     kwargs: dict[str, Any] = {}
     missing = []
     for name in names:
@@ -293,6 +304,8 @@ def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
             continue
         if hasattr(dataloader, name):
             kwargs[name] = getattr(dataloader, name)
+        elif name in recorded:
+            kwargs[name] = recorded[name]
         elif parameters.get(name) is not None and parameters[name].default is inspect.Parameter.empty:
             missing.append(name)
     if missing:
@@ -306,6 +319,15 @@ def _constructor_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
             value=dataloader,
         )
     return kwargs
+
+
+def _recorded_arguments(dataloader: DataLoader[Any]) -> dict[str, Any]:
+    """The constructor arguments ``dataloader`` recorded, by name: a loader created inside ``fabric.launch(fn)``
+    (where :func:`_replace_dunder_methods` is active) keeps them, so that one it does not keep as attributes
+    can be passed again. Empty for any other loader."""
+    names: tuple[str, ...] = getattr(dataloader, "__pl_saved_arg_names", ())
+    args: tuple[Any, ...] = getattr(dataloader, "__pl_saved_args", ())
+    return {**dict(zip(names, args)), **getattr(dataloader, "__pl_saved_kwargs", {})}
 
 
 def _sampling_arguments(dataloader: DataLoader[Any], sampler: Sampler[Any]) -> dict[str, Any]:
