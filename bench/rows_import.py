@@ -66,7 +66,7 @@ def _byte_compile_fabric_core() -> list[str]:
     import compileall
     from importlib import metadata
 
-    from fabric_core._manager import ENTRY_POINT_GROUP  # no torch: the package's own modules only
+    from fabric_core._kernel.manager import ENTRY_POINT_GROUP  # no torch: the package's own modules only
 
     names = {"fabric_core"} | {ep.module.partition(".")[0] for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     compiled = []

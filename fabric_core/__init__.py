@@ -1,8 +1,8 @@
 """fabric-core: scale a PyTorch training loop with the Lightning Fabric API, as a plugin microkernel.
 
 ``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use. It
-installs one import hook (:mod:`fabric_core._aliases`) so that Lightning's module paths whose classes live
-in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
+installs one import hook (:mod:`fabric_core._kernel.lightning_paths`) so that Lightning's module paths whose
+classes live in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ _LAZY: Final = {
     "is_wrapped": "fabric_core.wrappers",
     "seed_everything": "fabric_core.utilities.seed",
     "RunCheckpoints": "fabric_core.run_checkpoints",
-    "PluginManager": "fabric_core._manager",
-    "PluginRecord": "fabric_core._manager",
-    "get_manager": "fabric_core._manager",
-    "Catalog": "fabric_core._registry",
-    "Entry": "fabric_core._registry",
-    "Registry": "fabric_core._registry",
-    "Spec": "fabric_core._registry",
-    "spec": "fabric_core._registry",
+    "PluginManager": "fabric_core._kernel.manager",
+    "PluginRecord": "fabric_core._kernel.manager",
+    "get_manager": "fabric_core._kernel.manager",
+    "Catalog": "fabric_core._kernel.registry",
+    "Entry": "fabric_core._kernel.registry",
+    "Registry": "fabric_core._kernel.registry",
+    "Spec": "fabric_core._kernel.registry",
+    "spec": "fabric_core._kernel.registry",
     "hookimpl": "fabric_core.hookspecs",
     "AmbiguousNameError": "fabric_core.errors",
     "FabricCoreError": "fabric_core.errors",
@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-    from fabric_core._manager import PluginManager, PluginRecord, get_manager
-    from fabric_core._registry import Catalog, Entry, Registry, Spec, spec
+    from fabric_core._kernel.manager import PluginManager, PluginRecord, get_manager
+    from fabric_core._kernel.registry import Catalog, Entry, Registry, Spec, spec
     from fabric_core.errors import (
         AmbiguousNameError,
         FabricCoreError,
@@ -88,7 +88,7 @@ class _AliasFinder:
     """Import hook for Lightning's module paths that plugins declare (``fabric_core.strategies.ddp``).
 
     It sits after the normal finders, so it sees only a miss under ``fabric_core.``; the work is in
-    :mod:`fabric_core._aliases`, imported on the first such miss.
+    :mod:`fabric_core._kernel.lightning_paths`, imported on the first such miss.
     """
 
     fabric_core_alias_finder: Final = True  # how a second import (a reload) recognises an installed one
@@ -98,7 +98,7 @@ class _AliasFinder:
     ) -> ModuleSpec | None:
         if not fullname.startswith("fabric_core."):
             return None
-        from fabric_core._aliases import find_spec
+        from fabric_core._kernel.lightning_paths import find_spec
 
         return find_spec(fullname)
 

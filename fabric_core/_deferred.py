@@ -2,7 +2,7 @@
 
 Lightning's import paths whose names live elsewhere in fabric-core (``utilities.distributed``, ``connector``,
 ``cli``) and ``fabric_core.<submodule>`` attribute access use these, so importing those paths stays light.
-Any layer may use it; the catalog-aware package attributes are in :mod:`fabric_core._lazy`.
+Any layer may use it; the catalog-aware package attributes are in :mod:`fabric_core._kernel.lazy`.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def lightning_reexports(module: str, fallback: Callable[[str], Any] | None = Non
 
     ``from lightning.fabric.strategies.fsdp import _lazy_load`` works in Lightning because its ``fsdp`` module
     imports that helper; here every such name is served from the one module that implements it, as listed in
-    :mod:`fabric_core._lightning_names`.
+    :mod:`fabric_core._kernel.lightning_names`.
     """
-    from fabric_core._lightning_names import REEXPORTS
+    from fabric_core._kernel.lightning_names import REEXPORTS
 
     return reexports(module, REEXPORTS.get(module, {}), fallback)
 

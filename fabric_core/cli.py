@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, get_args, overload
 
 from fabric_core._deferred import lightning_reexports, reexports
-from fabric_core._manager import PluginManager, get_manager
-from fabric_core._registry import KINDS, Entry
+from fabric_core._kernel.manager import PluginManager, get_manager
+from fabric_core._kernel.registry import KINDS, Entry
 from fabric_core.errors import FabricCoreError
 from fabric_core.utilities._requirements import RequirementCache
 
@@ -96,7 +96,7 @@ def _list_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
 
 
 def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
-    from fabric_core._selection import select
+    from fabric_core._kernel.selection import select
 
     with _plugin_output_to_stderr():  # selection hooks run plugin code too
         selection = select(
@@ -115,7 +115,7 @@ def _explain(args: argparse.Namespace, manager: PluginManager) -> int:
         f"\nworld size {ctx.world_size} = {ctx.num_processes} process(es) x {ctx.num_nodes} node(s); "
         f"processes created externally: {'yes' if ctx.creates_processes_externally else 'no'}"
     )
-    from fabric_core._lightning_alias import describe
+    from fabric_core._lightning.alias import describe
 
     print(describe())
     return 0
@@ -167,7 +167,7 @@ def build_parser(runners: Sequence[tuple[str, Any]] = ()) -> argparse.ArgumentPa
         "can run code. By default the folder may hold only DCP metadata, tensors and plain containers.",
     )
 
-    from fabric_core._run import add_run_parser
+    from fabric_core._run.command import add_run_parser
 
     add_run_parser(sub, runners)
     return parser
@@ -214,7 +214,7 @@ def _runners_if_run(argv: Sequence[str]) -> list[tuple[str, Any]]:
     """For ``fabric-core run``, the runners whose own options the parser must know (loads only them)."""
     if next((a for a in argv if not a.startswith("-")), None) != "run":
         return []
-    from fabric_core._run import runners_with_options
+    from fabric_core._run.command import runners_with_options
 
     try:
         return runners_with_options(get_manager())
@@ -259,7 +259,7 @@ def main(args: Sequence[str] | argparse.Namespace | None = None, script_args: li
             return _explain(parsed, manager)
         if parsed.command == "consolidate":
             return _consolidate_folder(parsed)
-        from fabric_core._run import run_command
+        from fabric_core._run.command import run_command
 
         return run_command(parsed, manager)
     except FabricCoreError as exc:
@@ -297,8 +297,8 @@ def _set_env_variables(args: argparse.Namespace) -> None:
     Args:
         args: ``accelerator``, ``strategy``, ``devices``, ``num_nodes`` and ``precision`` (``None``: not set).
     """
-    from fabric_core._arguments import ENV_OVERRIDES
-    from fabric_core._run import set_run_environment
+    from fabric_core._kernel.arguments import ENV_OVERRIDES
+    from fabric_core._run.command import set_run_environment
 
     # Lightning always sets the devices and the number of nodes; the other options only when given.
     values = {arg: getattr(args, arg) for arg in ENV_OVERRIDES}
@@ -319,7 +319,7 @@ def _get_num_processes(accelerator: str | None, devices: str) -> int:
     """
     if accelerator == "tpu":
         raise ValueError("Launching processes for TPU through the CLI is not supported.")
-    from fabric_core._run_checks import num_processes
+    from fabric_core._run.checks import num_processes
 
     options = argparse.Namespace(accelerator=accelerator, strategy=None, devices=devices, num_nodes=1, precision=None)
     return num_processes(get_manager(), options)

@@ -13,7 +13,7 @@ program you run unchanged. See ``docs/lightning-imports.md`` for what the mode c
 
 from __future__ import annotations
 
-from fabric_core import _lightning_alias
+from fabric_core._lightning import alias as _lightning_alias
 
 __all__ = ["lightning_fabric_provided", "provide_lightning_fabric"]
 

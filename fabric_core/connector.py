@@ -1,7 +1,7 @@
 """Lightning's ``connector`` path: its private ``_Connector`` and the precision-argument helpers.
 
-fabric-core decides ``Fabric(...)`` arguments in :mod:`fabric_core._selection`, through the plugins' selection
-hooks (``fabric-core explain`` shows the result), and builds them in :mod:`fabric_core._assembly`. Lightning's
+fabric-core decides ``Fabric(...)`` arguments in :mod:`fabric_core._kernel.selection`, through the plugins' selection
+hooks (``fabric-core explain`` shows the result), and builds them in :mod:`fabric_core._fabric.assembly`. Lightning's
 ``_Connector`` is a thin front over those two, with Lightning's private attributes read from what was decided;
 ``_convert_precision_to_unified_args`` (which ``lightning.pytorch`` imports) reads the same spelling table as
 ``Fabric(precision=...)``. The names Lightning's module imports (the two registries, ``_IS_INTERACTIVE``,
@@ -66,8 +66,8 @@ class _Connector:
         precision: _PRECISION_INPUT | None = None,
         plugins: Any = None,
     ) -> None:
-        from fabric_core._assembly import build
-        from fabric_core._selection import select
+        from fabric_core._fabric.assembly import build
+        from fabric_core._kernel.selection import select
 
         selection = select(
             None,
@@ -116,7 +116,7 @@ def _convert_precision_to_unified_args(precision: _PRECISION_INPUT | None) -> _P
     Raises:
         ValueError: ``precision`` is none of the values Lightning accepts (names them).
     """
-    from fabric_core._arguments import normalize_precision
+    from fabric_core._kernel.arguments import normalize_precision
     from fabric_core.plugins.precision.precision import (
         _PRECISION_INPUT_INT,
         _PRECISION_INPUT_STR,
@@ -134,7 +134,7 @@ def _convert_precision_to_unified_args(precision: _PRECISION_INPUT | None) -> _P
 def _is_using_cli() -> bool:
     """Whether ``fabric-core run`` (``FABRIC_CORE_CLI_USED=1``) or Lightning's ``fabric run`` (``LT_CLI_USED=1``)
     started this process."""
-    from fabric_core._run_worker import CLI_ENV, LIGHTNING_CLI_ENV
+    from fabric_core._run.worker import CLI_ENV, LIGHTNING_CLI_ENV
 
     return os.environ.get(CLI_ENV) == "1" or os.environ.get(LIGHTNING_CLI_ENV) == "1"
 

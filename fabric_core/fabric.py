@@ -1,8 +1,8 @@
 """``Fabric``: the Lightning Fabric API, with components chosen through the plugin catalog.
 
 Two cohesive groups of its methods live in its base classes: the collectives and ``print``
-(:mod:`fabric_core._fabric_collectives`) and ``save`` / ``load`` / ``load_raw``
-(:mod:`fabric_core._fabric_checkpoints`); their argument checks are in :mod:`fabric_core._fabric_checks`.
+(:mod:`fabric_core._fabric.collectives`) and ``save`` / ``load`` / ``load_raw``
+(:mod:`fabric_core._fabric.checkpoints`); their argument checks are in :mod:`fabric_core._fabric.checks`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from torch.utils.data import BatchSampler, DataLoader
 
-from fabric_core import _fabric_checks as checks
-from fabric_core import _lightning_module as lightning_module
 from fabric_core import wrappers
-from fabric_core._assembly import assemble
 from fabric_core._deferred import lightning_reexports
-from fabric_core._fabric_checkpoints import Checkpoints
-from fabric_core._run_worker import launched_by_cli as _launched_by_cli
+from fabric_core._fabric import checks as checks
+from fabric_core._fabric.assembly import assemble
+from fabric_core._fabric.checkpoints import Checkpoints
+from fabric_core._lightning import module as lightning_module
+from fabric_core._run.worker import launched_by_cli as _launched_by_cli
 from fabric_core._signature import call_with_accepted, call_with_keywords, hooks
 from fabric_core.loggers._aggregate import reduce_metrics
 from fabric_core.precision.precision import Precision
@@ -40,7 +40,7 @@ from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer
 from fabric_core.wrappers._guard import BackwardState
 
 if TYPE_CHECKING:
-    from fabric_core._manager import PluginManager
+    from fabric_core._kernel.manager import PluginManager
     from fabric_core.accelerators.accelerator import Accelerator
     from fabric_core.callbacks.profiler import Profiler
     from fabric_core.loggers.logger import Logger

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from fabric_core._context import SelectionContext
-    from fabric_core._registry import ModuleRegistry, Registry, Spec
+    from fabric_core._kernel.context import SelectionContext
+    from fabric_core._kernel.registry import ModuleRegistry, Registry, Spec
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from fabric_core._lightning_alias import ENV, HANDOVER_PATH, install
-from fabric_core._run_worker import run_script
+from fabric_core._lightning.alias import ENV, HANDOVER_PATH, install
+from fabric_core._run.worker import run_script
 
 __all__ = ["main"]
 

@@ -51,8 +51,8 @@ from __future__ import annotations
 from typing import Final
 
 from fabric_core import hookspecs
-from fabric_core._context import Decision, SelectionContext
-from fabric_core._registry import KINDS, Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec, spec
+from fabric_core._kernel.context import Decision, SelectionContext
+from fabric_core._kernel.registry import KINDS, Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec, spec
 from fabric_core.errors import (
     AcceleratorUnavailableError,
     AmbiguousNameError,

@@ -38,7 +38,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from fabric_core import _preemption, _rng_states
+from fabric_core._run import preemption as _preemption
+from fabric_core._run import rng_states as _rng_states
 from fabric_core.errors import ArgumentTypeError, CheckpointError, InvalidConfigError
 from fabric_core.io.async_io import AsyncCheckpointIO
 from fabric_core.io.atomic import atomic_write, remove_stale_temps, replace_path, temp_path_for

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from fabric_core._manager import PluginManager, plugin_module
-from fabric_core._selection import select
+from fabric_core._kernel.manager import PluginManager, plugin_module
+from fabric_core._kernel.selection import select
 from fabric_core.errors import InvalidConfigError
 from fabric_core.testing import make_manager
 

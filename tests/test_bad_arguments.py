@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fabric_core import Fabric, spec
-from fabric_core._selection import select
+from fabric_core._kernel.selection import select
 from fabric_core.errors import (
     ArgumentTypeError,
     InvalidConfigError,

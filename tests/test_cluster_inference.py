@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core._selection import select
+from fabric_core._kernel.selection import select
 from fabric_core.environments.kubeflow import KubeflowEnvironment
 from fabric_core.errors import InvalidConfigError
 from fabric_core.testing import make_manager
@@ -212,7 +212,7 @@ def test_plain_torchrun_trains_one_job(tmp_path: Path) -> None:
 _MPI_SELECT = """
 import json
 import fabric_core_ddp._plugin as ddp
-from fabric_core._selection import select
+from fabric_core._kernel.selection import select
 from fabric_core.testing import make_manager
 ctx = select(make_manager(ddp), accelerator="cpu").context
 print(json.dumps([ctx.environment, ctx.num_processes, ctx.num_nodes, ctx.strategy]))

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from fabric_core._assembly import build
-from fabric_core._manager import plugin_module
-from fabric_core._selection import Selection, select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.manager import plugin_module
+from fabric_core._kernel.selection import Selection, select
 from fabric_core.errors import InvalidConfigError
 from fabric_core.plugin_api import Decision, spec
 from fabric_core.testing import make_manager
@@ -68,7 +68,7 @@ def test_an_environment_from_the_catalog_records_its_entry() -> None:
 
 
 def test_the_selection_module_decides_and_builds_nothing() -> None:
-    import fabric_core._selection as selection_module
+    import fabric_core._kernel.selection as selection_module
 
     assert not hasattr(Selection, "build")
     source = inspect.getsource(selection_module)
@@ -78,7 +78,7 @@ def test_the_selection_module_decides_and_builds_nothing() -> None:
 def test_building_refuses_a_spawning_strategy_in_an_interactive_session(monkeypatch: pytest.MonkeyPatch) -> None:
     from fabric_core_ddp import _plugin
 
-    monkeypatch.setattr("fabric_core._selection._is_interactive", lambda: True)
+    monkeypatch.setattr("fabric_core._kernel.selection._is_interactive", lambda: True)
     selection = select(make_manager(("ddp", _plugin)), accelerator="cpu", devices=2, strategy="ddp_spawn")
     assert selection.context.interactive  # deciding accepts it: whether it can run is known once it is built
     with pytest.raises(InvalidConfigError, match=r"strategy='ddp_spawn'.*not compatible with an interactive"):

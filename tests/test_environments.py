@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core._registry import import_target
+from fabric_core._kernel.registry import import_target
 from fabric_core.environments._env import find_free_network_port
 from fabric_core.environments.kubeflow import KubeflowEnvironment
 from fabric_core.environments.lightning import LightningEnvironment

@@ -16,9 +16,9 @@ import pytest
 
 import fabric_core
 from fabric_core import hookspecs
-from fabric_core._assembly import build
-from fabric_core._manager import plugin_module
-from fabric_core._selection import select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.manager import plugin_module
+from fabric_core._kernel.selection import select
 from fabric_core.plugin_api import HOOKS, InvalidConfigError, ModuleRegistry, Registry, SelectionContext, spec
 from fabric_core.testing import make_manager
 
@@ -158,7 +158,7 @@ def test_hook_fabric_core_validate_selection() -> None:
 
 
 def test_hook_fabric_core_register_runners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fabric_core._run import run_command, runners_with_options
+    from fabric_core._run.command import run_command, runners_with_options
     from fabric_core.cli import build_parser
 
     (tmp_path / "fc_hook_runner.py").write_text(

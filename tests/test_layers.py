@@ -38,29 +38,12 @@ MODULE_LAYERS: Final[Mapping[str, str]] = {
     "fabric_core.errors": "foundation",
     "fabric_core._signature": "foundation",
     "fabric_core._deferred": "foundation",
-    "fabric_core._lightning_names": "foundation",
-    "fabric_core._absent_names": "foundation",
+    "fabric_core._kernel.lightning_names": "foundation",
+    "fabric_core._kernel.absent_names": "foundation",
     "fabric_core._logging": "foundation",
     "fabric_core.utilities.types": "foundation",
     "fabric_core._version": "foundation",
-    **dict.fromkeys(
-        (
-            "fabric_core.hookspecs",
-            "fabric_core._registry",
-            "fabric_core._manager",
-            "fabric_core._builtin",
-            "fabric_core._selection",
-            "fabric_core._arguments",
-            "fabric_core._metadata",
-            "fabric_core._aliases",
-            "fabric_core._absent",
-            "fabric_core._lazy",
-            "fabric_core._catalog_view",
-            "fabric_core.plugin_api",
-            "fabric_core._context",
-        ),
-        "kernel",
-    ),
+    **dict.fromkeys(("fabric_core.hookspecs", "fabric_core.plugin_api"), "kernel"),
     # Lightning's ``utilities`` paths that are conveniences over higher layers (checkpoint files, Fabric,
     # the strategy's collectives), not helpers those layers use.
     **dict.fromkeys(
@@ -85,6 +68,20 @@ FOLDER_LAYERS: Final[Mapping[str, str]] = {
     "plugins": "api",
     "testing": "api",
     "wrappers": "api",
+    # the private packages (see PACKAGE_IMPORTS for the direction between them)
+    "_kernel": "kernel",
+    "_fabric": "api",
+    "_run": "api",
+    "_lightning": "api",
+}
+#: What each private package may import of the others: the kernel imports none of them; the Fabric object's
+#: internals and the Lightning layer import only the kernel; the run command may also use the Lightning layer
+#: (``fabric-core run`` serves zero-edit workers). An import between them not listed here is the wrong way.
+PACKAGE_IMPORTS: Final[Mapping[str, frozenset[str]]] = {
+    "_kernel": frozenset(),
+    "_fabric": frozenset({"_kernel"}),
+    "_lightning": frozenset({"_kernel"}),
+    "_run": frozenset({"_kernel", "_lightning"}),
 }
 #: Top-level modules of ``fabric_core/`` in the api layer (what users and the command line call).
 API_MODULES: Final = frozenset(
@@ -93,23 +90,10 @@ API_MODULES: Final = frozenset(
         "fabric_core.__main__",
         "fabric_core.fabric",
         "fabric_core.wrappers",
-        "fabric_core._fabric_checks",
-        "fabric_core._assembly",
-        "fabric_core._fabric_checkpoints",
-        "fabric_core._fabric_collectives",
         "fabric_core.run_checkpoints",
-        "fabric_core._preemption",
-        "fabric_core._rng_states",
-        "fabric_core._run_agent",
-        "fabric_core._lightning_module",
         "fabric_core.connector",
         "fabric_core.cli",
-        "fabric_core._run",
-        "fabric_core._run_checks",
-        "fabric_core._run_worker",
         # zero-edit mode: Lightning's import names served by fabric_core's modules
-        "fabric_core._lightning_alias",
-        "fabric_core._lightning_loggers",
         "fabric_core.compat",
         "fabric_core.lightning_imports",
     }
@@ -128,18 +112,16 @@ _SELECTION: Final = "selection: deciding apart from building (issue 16 item 5)"
 CYCLE_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {}
 #: Import edges ``(importer, imported)`` that go up the layers.
 LAYER_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {
-    ("fabric_core._arguments", "fabric_core.strategies.single_device"): _SELECTION,
-    ("fabric_core._selection", "fabric_core.accelerators.accelerator"): _SELECTION,
-    ("fabric_core._selection", "fabric_core.environments.environment"): _SELECTION,
-    ("fabric_core._selection", "fabric_core.precision.precision"): _SELECTION,
-    ("fabric_core._selection", "fabric_core.strategies.strategy"): _SELECTION,
+    ("fabric_core._kernel.arguments", "fabric_core.strategies.single_device"): _SELECTION,
+    ("fabric_core._kernel.selection", "fabric_core.accelerators.accelerator"): _SELECTION,
+    ("fabric_core._kernel.selection", "fabric_core.environments.environment"): _SELECTION,
+    ("fabric_core._kernel.selection", "fabric_core.precision.precision"): _SELECTION,
+    ("fabric_core._kernel.selection", "fabric_core.strategies.strategy"): _SELECTION,
 }
 #: Private ``fabric_core`` modules plugins still import, with the owner of making that unnecessary.
-PRIVATE_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {
-}
+PRIVATE_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}
 #: Modules over :data:`MAX_LINES` lines (paths relative to the repository).
-OVERSIZED_TO_SPLIT: Final[Mapping[str, str]] = {
-}
+OVERSIZED_TO_SPLIT: Final[Mapping[str, str]] = {}
 #: Torch imported when a torch-free module is imported: ``{module: owner}``.
 TORCH_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}
 
@@ -329,9 +311,9 @@ def layer_of(module: str) -> str:
         return "plugins"
     if module in MODULE_LAYERS:
         return MODULE_LAYERS[module]
-    if module in API_MODULES or modules()[module].name == "__init__.py":
-        return "api"  # a package's __init__ is a Lightning import path: a facade over what is below
-    folder = module.split(".")[1]
+    folder = module.split(".")[1] if "." in module else ""
+    if module in API_MODULES or (modules()[module].name == "__init__.py" and not folder.startswith("_")):
+        return "api"  # a public package's __init__ is a Lightning import path: a facade over what is below
     if folder in FOLDER_LAYERS:
         return FOLDER_LAYERS[folder]
     raise AssertionError(f"{module} has no layer: add it to MODULE_LAYERS or API_MODULES in {__name__}")
@@ -341,13 +323,31 @@ def _rank(module: str) -> int:
     return LAYERS.index(layer_of(module))
 
 
-def layer_violations() -> dict[tuple[str, str], Import]:
+def layer_violations(edges: Mapping[str, Mapping[str, Import]] | None = None) -> dict[tuple[str, str], Import]:
     return {
         (importer, target): item
-        for importer, targets in graph().items()
+        for importer, targets in (graph() if edges is None else edges).items()
         for target, item in targets.items()
         if _rank(target) > _rank(importer)
     }
+
+
+def private_package(module: str) -> str | None:
+    """The private package (``_kernel``, ``_fabric``, ``_run``, ``_lightning``) a module is in, if any."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "fabric_core" and len(parts) > 1 and parts[1] in PACKAGE_IMPORTS else None
+
+
+def package_violations(edges: Mapping[str, Mapping[str, Import]] | None = None) -> list[Import]:
+    """Imports from one private package into another that :data:`PACKAGE_IMPORTS` does not allow."""
+    found = []
+    for importer, targets in (graph() if edges is None else edges).items():
+        source = private_package(importer)
+        for target, item in targets.items():
+            destination = private_package(target)
+            if source and destination and source != destination and destination not in PACKAGE_IMPORTS[source]:
+                found.append(item)
+    return found
 
 
 def private_imports() -> dict[str, list[Import]]:
@@ -443,6 +443,29 @@ def test_each_layer_imports_only_its_own_and_lower_layers() -> None:
     bad = {edge: item for edge, item in layer_violations().items() if edge not in LAYER_EDGES_TO_REMOVE}
     report = "\n".join(f"{item}: {layer_of(item.importer)} imports {layer_of(item.target)}" for item in bad.values())
     assert not bad, f"Imports up the layers ({' < '.join(LAYERS)}):\n{report}"
+
+
+def test_the_private_packages_import_each_other_only_one_way() -> None:
+    report = "\n".join(
+        f"{item}: {private_package(item.importer)} may import only "
+        f"{sorted(PACKAGE_IMPORTS[private_package(item.importer) or ''])}"
+        for item in package_violations()
+    )
+    assert not package_violations(), f"Imports between the private packages the wrong way:\n{report}"
+
+
+def test_a_planted_wrong_way_import_is_caught() -> None:
+    edges = {importer: dict(targets) for importer, targets in graph().items()}
+    # the kernel reaching up into the Fabric object: wrong in the layers and between the packages
+    kernel_up = Import("fabric_core._kernel.registry", "fabric_core._fabric.assembly", 1, "lazy")
+    edges.setdefault(kernel_up.importer, {})[kernel_up.target] = kernel_up
+    # the Fabric object's internals using the run command: the same layer (api), the wrong package direction
+    sideways = Import("fabric_core._fabric.checks", "fabric_core._run.worker", 1, "module")
+    edges.setdefault(sideways.importer, {})[sideways.target] = sideways
+    assert (kernel_up.importer, kernel_up.target) in layer_violations(edges)
+    assert (sideways.importer, sideways.target) not in layer_violations(edges)
+    assert {kernel_up, sideways} <= set(package_violations(edges))
+    assert not package_violations()  # and nothing of it is in the tree
 
 
 def test_plugins_import_only_public_fabric_core_modules() -> None:

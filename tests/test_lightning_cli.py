@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fabric_core._lightning_alias import HANDOVER_PATH
+from fabric_core._lightning.alias import HANDOVER_PATH
 
 JOBS = Path(__file__).parent / "_jobs"
 ZERO_EDIT = [sys.executable, "-m", "fabric_core.lightning_imports"]
@@ -214,7 +214,7 @@ def test_lt_variables_override_the_arguments_as_in_lightnings_connector(
 ) -> None:
     from lightning_fabric.connector import _Connector
 
-    from fabric_core._arguments import DEFAULTS, from_environment
+    from fabric_core._kernel.arguments import DEFAULTS, from_environment
 
     env = {f"LT_{arg.upper()}": value, **({"LT_CLI_USED": cli_used} if cli_used else {})}
     with pytest.MonkeyPatch.context() as mp:
@@ -238,7 +238,7 @@ def test_lt_variables_override_the_arguments_as_in_lightnings_connector(
 
 
 def test_fabric_core_variables_come_before_lightnings() -> None:
-    from fabric_core._arguments import DEFAULTS, from_environment
+    from fabric_core._kernel.arguments import DEFAULTS, from_environment
 
     env = {"FABRIC_CORE_DEVICES": "3", "LT_DEVICES": "2", "LT_STRATEGY": "ddp"}
     got = from_environment(dict(DEFAULTS), env)

@@ -29,7 +29,7 @@ _find = PathFinder.find_spec
 def find_spec(fullname, path=None, target=None):
     spec = _find(fullname, path, target)
     hidden = fullname.partition(".")[0] in ("lightning", "pytorch_lightning")
-    if hidden and spec is not None and "_lightning_handover" not in (spec.origin or ""):
+    if hidden and spec is not None and "/_lightning/handover/" not in (spec.origin or ""):
         return None
     return spec
 
@@ -381,7 +381,7 @@ def test_a_second_call_changes_nothing(tmp_path: Path) -> None:
         """
         import json, os, sys
         from fabric_core.compat import provide_lightning_fabric
-        from fabric_core._lightning_alias import HANDOVER_PATH, LightningImportsFinder
+        from fabric_core._lightning.alias import HANDOVER_PATH, LightningImportsFinder
         provide_lightning_fabric()
         import lightning_fabric
         provide_lightning_fabric()
@@ -418,7 +418,7 @@ def test_off_by_default(tmp_path: Path) -> None:
 
 def test_the_handover_package_refuses_another_name() -> None:
     with pytest.raises(ImportError, match="handover package"):
-        import fabric_core._lightning_handover.lightning  # noqa: F401
+        import fabric_core._lightning.handover.lightning  # noqa: F401
 
 
 # -- the runner, the run command and explain -----------------------------------------------------------------

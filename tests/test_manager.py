@@ -191,7 +191,7 @@ def test_the_core_requirement_is_read_as_packagings_full_parser_reads_it(require
     """Discovery reads the plain form without packaging's PEP 508 parser; every form ends as that parser says."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    from fabric_core._metadata import core_requirement_problem, core_version
+    from fabric_core._kernel.metadata import core_requirement_problem, core_version
 
     try:
         req: Requirement | None = Requirement(requirement)
@@ -279,7 +279,7 @@ def test_unknown_name_error_suggests_and_hints() -> None:
 
 
 def test_plugins_registered_in_code_and_make_manager_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fabric_core._manager import plugin_module
+    from fabric_core._kernel.manager import plugin_module
 
     def register(registry: object) -> None:
         registry.add("inline", "fabric_core.loggers.csv_logs:CSVLogger", description="inline")  # type: ignore[attr-defined]
@@ -291,8 +291,8 @@ def test_plugins_registered_in_code_and_make_manager_isolation(monkeypatch: pyte
 
 
 def test_selection_hook_that_crashes_is_skipped_and_recorded() -> None:
-    from fabric_core._manager import plugin_module
-    from fabric_core._selection import select
+    from fabric_core._kernel.manager import plugin_module
+    from fabric_core._kernel.selection import select
 
     def crash(requested: str, context: object) -> str:
         raise ZeroDivisionError("bad hook")

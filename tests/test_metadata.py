@@ -1,6 +1,6 @@
 """Discovery's own reading of installed metadata, against importlib.metadata and packaging.
 
-``fabric_core._metadata`` reads entry points, distribution facts and the core requirement without
+``fabric_core._kernel.metadata`` reads entry points, distribution facts and the core requirement without
 importlib's per-distribution objects or packaging's parsers (a fresh process's first ``Fabric()`` pays for
 both). Each reader is compared with the library it stands in for: on layouts built here, and on every
 distribution of this environment.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from fabric_core._metadata import Facts, _release_allows, _scan_entry_points, entry_points, read_facts
+from fabric_core._kernel.metadata import Facts, _release_allows, _scan_entry_points, entry_points, read_facts
 
 GROUP = "fabric_core_metadata_test.plugins"
 
@@ -91,7 +91,7 @@ _COMPARE_IN_A_FRESH_PROCESS = """
 import json, sys
 from importlib import metadata
 {setup}
-from fabric_core._metadata import _scan_entry_points, entry_points
+from fabric_core._kernel.metadata import _scan_entry_points, entry_points
 
 def described(eps):
     return [(ep.name, ep.value, ep.group, ep.dist.name if ep.dist else None) for ep in eps]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core._aliases import resolve
-from fabric_core._manager import plugin_module
+from fabric_core._kernel.lightning_paths import resolve
+from fabric_core._kernel.manager import plugin_module
 from fabric_core.errors import FIRST_PARTY_MODULES, InvalidConfigError
 from fabric_core.testing import make_manager
 
@@ -91,7 +91,7 @@ def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
     code = """
         import sys
         import fabric_core
-        assert "torch" not in sys.modules and "fabric_core._manager" not in sys.modules
+        assert "torch" not in sys.modules and "fabric_core._kernel.manager" not in sys.modules
         from importlib.machinery import PathFinder
         assert type(sys.meta_path[-1]).__name__ == "_AliasFinder" and PathFinder in sys.meta_path[:-1]
         cls = fabric_core.strategies.fsdp.FSDPStrategy
@@ -197,7 +197,7 @@ def test_a_malformed_declaration_fails_only_its_plugin(path: str, module: str) -
     assert records["bad"].status == "failed"
     assert records["builtin"].status == "loaded"
     with pytest.raises(InvalidConfigError, match="declared"):
-        from fabric_core._registry import ModuleRegistry
+        from fabric_core._kernel.registry import ModuleRegistry
 
         ModuleRegistry("p").add(path, module)
 
@@ -232,7 +232,7 @@ def test_third_party_plugin_declares_a_path_and_core_modules_win() -> None:
 
 
 def test_install_hint_table_matches_what_first_party_plugins_declare() -> None:
-    from fabric_core._manager import PluginManager, dist_key
+    from fabric_core._kernel.manager import PluginManager, dist_key
 
     manager = PluginManager(environ={})  # every installed plugin, none of the caller's switches
     dists = {r.name: dist_key(r.distribution) for r in manager.records if r.distribution}

@@ -22,12 +22,12 @@ REGISTRATION_MODULES = sorted(
 )
 #: The kernel: discovery, registration, the hooks, selection and building. None of them may be in a circle.
 KERNEL = (
-    "fabric_core._assembly",
-    "fabric_core._builtin",
-    "fabric_core._context",
-    "fabric_core._manager",
-    "fabric_core._registry",
-    "fabric_core._selection",
+    "fabric_core._fabric.assembly",
+    "fabric_core._kernel.builtin",
+    "fabric_core._kernel.context",
+    "fabric_core._kernel.manager",
+    "fabric_core._kernel.registry",
+    "fabric_core._kernel.selection",
     "fabric_core.hookspecs",
     "fabric_core.plugin_api",
 )

@@ -32,7 +32,7 @@ def test_contract_violations_are_reported(tmp_path: Path) -> None:
         from fabric_core.hookspecs import hookimpl
 
         def _typing_only():
-            from fabric_core._registry import Registry  # private, even imported lazily: a violation
+            from fabric_core._kernel.registry import Registry  # private, even imported lazily: a violation
 
         @hookimpl
         def fabric_core_register_loggers(registry):
@@ -59,7 +59,7 @@ def test_contract_violations_are_reported(tmp_path: Path) -> None:
         problems = check_plugin("badplug", group="fabric_core_contract.plugins")
     text = "\n".join(problems)
     assert "imports torch" in text
-    assert "badplug_mod imports the private module fabric_core._registry" in text
+    assert "badplug_mod imports the private module fabric_core._kernel.registry" in text
     assert "fabric_core.hookspecs" not in text  # a public module is fine
     assert "logger 'quiet': no description" in text
     assert "logger 'ghost': target no_such_module_xyz:Logger does not import" in text

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabric_core import PluginManager
-from fabric_core._selection import select
+from fabric_core._kernel.selection import select
 from fabric_core.errors import AmbiguousNameError, PluginLoadError, PluginWarning, UnknownNameError
 from fabric_core.testing import fake_distribution
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fabric_core import spec
-from fabric_core._registry import Catalog, Registry
+from fabric_core._kernel.registry import Catalog, Registry
 from fabric_core.errors import AmbiguousNameError, InvalidConfigError, PluginImportError
 
 

@@ -17,7 +17,7 @@ import pytest
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 from torch.distributed.launcher import api
 
-from fabric_core._run_agent import collection_deferred, launcher_agent, method_name, resume_collection
+from fabric_core._run.agent import collection_deferred, launcher_agent, method_name, resume_collection
 
 
 def _outer_caller() -> tuple[str, str]:

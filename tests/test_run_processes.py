@@ -186,7 +186,7 @@ def test_a_signal_to_the_launcher_stops_the_job_with_the_shell_code(
     [
         (("--accelerator", "cpu", "--devices", "2", "--strategy", "single_device"), "single_device"),
         (("--accelerator", "cpu", "--devices", "-1"), "-1"),
-        (("--accelerator", "cpu", "--devices", "0"), "devices=0"),
+        (("--accelerator", "cpu", "--devices", "0"), "devices='0'"),
         (("--accelerator", "cpu", "--num-nodes", "0"), "0"),
         (("--accelerator", "cpu", "--main-port", "70000"), "70000"),
     ],
@@ -226,7 +226,7 @@ def test_the_portable_watcher_alone_ends_an_orphaned_worker(tmp_path: Path) -> N
     pid_file = tmp_path / "pid-grandchild"
     grandchild = (
         "import os, sys, time\n"
-        "from fabric_core._run_worker import watch_parent\n"
+        "from fabric_core._run.worker import watch_parent\n"
         "watch_parent(os.getppid(), interval=0.1)\n"
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
         "while True: time.sleep(0.2)\n"
@@ -252,7 +252,7 @@ def test_the_portable_watcher_alone_ends_an_orphaned_worker(tmp_path: Path) -> N
 def test_a_worker_whose_launcher_is_already_gone_ends_at_once() -> None:
     from fabric_core.testing import run_in_own_session
 
-    code = "from fabric_core._run_worker import tie_to_launcher\ntie_to_launcher(1)\nprint('survived')\n"
+    code = "from fabric_core._run.worker import tie_to_launcher\ntie_to_launcher(1)\nprint('survived')\n"
     done = run_in_own_session([sys.executable, "-c", code], timeout=30, env=environment())
     assert done.returncode == -signal.SIGKILL and "survived" not in done.stdout
 

@@ -182,7 +182,7 @@ def test_a_bad_max_restarts_is_refused_before_any_worker_starts(tmp_path: Path, 
     [("-1", "0.1", "--max-restarts -1"), (" 2.0", "0.1", "--max-restarts  2.0"), ("1", "0", "--monitor-interval 0")],
 )
 def test_restart_options_name_the_bad_value(max_restarts: str, interval: str, named: str) -> None:
-    from fabric_core._run_checks import elastic_options
+    from fabric_core._run.checks import elastic_options
     from fabric_core.errors import InvalidConfigError
 
     with pytest.raises(InvalidConfigError, match=named):
@@ -191,7 +191,7 @@ def test_restart_options_name_the_bad_value(max_restarts: str, interval: str, na
 
 
 def test_rdzv_options_choose_the_rendezvous_and_refuse_contradictions() -> None:
-    from fabric_core._run_checks import rendezvous_options
+    from fabric_core._run.checks import rendezvous_options
     from fabric_core.errors import InvalidConfigError
 
     one_node = rendezvous_options(1, None, None, {}, rdzv_id="job7")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fabric_core import spec
-from fabric_core._assembly import build
-from fabric_core._manager import plugin_module
-from fabric_core._selection import select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.manager import plugin_module
+from fabric_core._kernel.selection import select
 from fabric_core.errors import (
     AcceleratorUnavailableError,
     ArgumentTypeError,

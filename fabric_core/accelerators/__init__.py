@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric_core._lazy import class_getattr
+from fabric_core._kernel.lazy import class_getattr
 
 _classes, __dir__ = class_getattr(
     __name__,
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
     except AttributeError as missing:
         if name.startswith("__"):
             raise
-        from fabric_core._catalog_view import plugin_export
+        from fabric_core._kernel.catalog_view import plugin_export
         from fabric_core.errors import install_hint
 
         try:

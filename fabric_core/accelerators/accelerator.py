@@ -31,7 +31,7 @@ class Accelerator(ABC):
 
         The catalog's entry for this class decides; a class no plugin registered answers its ``device_type``.
         """
-        from fabric_core._manager import get_manager
+        from fabric_core._kernel.manager import get_manager
 
         for entry in get_manager().catalog.entries("accelerator"):
             if entry.class_name == cls.__name__ and entry.load() is cls:

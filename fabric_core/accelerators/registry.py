@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from fabric_core._catalog_view import CatalogView, NameRegistry
 from fabric_core._deferred import lightning_reexports
+from fabric_core._kernel.catalog_view import CatalogView, NameRegistry
 from fabric_core.utilities.exceptions import MisconfigurationException
 
 __all__ = ["ACCELERATOR_REGISTRY"]

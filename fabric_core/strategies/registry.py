@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from fabric_core._catalog_view import CatalogView, NameRegistry
+from fabric_core._kernel.catalog_view import CatalogView, NameRegistry
 
 __all__ = ["STRATEGY_REGISTRY"]
 

@@ -11,8 +11,8 @@ import sys
 from collections import Counter
 from importlib import metadata
 
-from fabric_core._manager import ENTRY_POINT_GROUP, PluginManager
-from fabric_core._registry import import_target
+from fabric_core._kernel.manager import ENTRY_POINT_GROUP, PluginManager
+from fabric_core._kernel.registry import import_target
 
 __all__ = ["check_plugin"]
 

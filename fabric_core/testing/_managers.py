@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fabric_core._manager import PluginManager
+from fabric_core._kernel.manager import PluginManager
 
 __all__ = ["make_manager"]
 

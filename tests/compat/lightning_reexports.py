@@ -1,11 +1,11 @@
 """Which module-level names Lightning Fabric re-exports from another of its modules: the table behind
-``fabric_core._lightning_names``.
+``fabric_core._kernel.lightning_names``.
 
 Lightning's modules import many helpers from each other (``strategies/fsdp.py`` has
 ``from lightning_fabric.utilities.load import _lazy_load``), and real code imports them from either place. Our
 Lightning-path modules answer those names through one table instead of repeating each import. This script reads
 the installed ``lightning_fabric`` (its sources, so an ``import ... as`` keeps its original name) and prints the
-table; ``--write`` rewrites ``fabric_core/_lightning_names.py``. ``tests/compat/test_api_surface.py`` fails when
+table; ``--write`` rewrites ``fabric_core/_kernel/lightning_names.py``. ``tests/compat/test_api_surface.py`` fails when
 the table and Lightning disagree.
 """
 

@@ -1,7 +1,7 @@
 """Which interface a node's processes use, decided inside real network namespaces (fast: no training).
 
 These run in the default test run (not marked ``multinode``): each asks ``fabric_core.strategies._network`` and
-``fabric_core._run.elastic_network_options`` from a Python process entered into a node, and compares the answer
+``fabric_core._run.command.elastic_network_options`` from a Python process entered into a node, and compares the answer
 with the veth pair the fixture made.
 """
 
@@ -15,7 +15,7 @@ import pytest
 PROBE = """
 import json, sys
 from fabric_core.strategies import _network
-from fabric_core._run import elastic_network_options
+from fabric_core._run.command import elastic_network_options
 from fabric_core.errors import InvalidConfigError
 
 main, environ = sys.argv[1], json.loads(sys.argv[2])

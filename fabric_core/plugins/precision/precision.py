@@ -2,15 +2,15 @@
 
 The ``_PRECISION_INPUT*`` names are the type aliases Lightning annotates ``precision=`` with (``lightning.pytorch``
 imports them from here); the spelling table behind ``_PRECISION_INPUT_STR_ALIAS_CONVERSION`` is
-:data:`fabric_core._arguments.PRECISION_ALIASES`, the one that ``Fabric(precision=...)`` reads.
+:data:`fabric_core._kernel.arguments.PRECISION_ALIASES`, the one that ``Fabric(precision=...)`` reads.
 """
 
 from __future__ import annotations
 
 from typing import Literal, Union
 
-from fabric_core._arguments import PRECISION_ALIASES
 from fabric_core._deferred import lightning_reexports
+from fabric_core._kernel.arguments import PRECISION_ALIASES
 from fabric_core.precision.precision import Precision
 
 __all__ = ["Precision"]

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from fabric_core import Fabric, spec
-from fabric_core._assembly import build
-from fabric_core._registry import Registry
-from fabric_core._selection import select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.registry import Registry
+from fabric_core._kernel.selection import select
 from fabric_core.errors import UnknownNameError
 from fabric_core.testing import make_manager
 from fabric_core_bitsandbytes import _plugin

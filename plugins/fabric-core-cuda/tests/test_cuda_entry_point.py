@@ -9,7 +9,7 @@ from importlib import metadata
 import pytest
 
 from fabric_core import PluginManager
-from fabric_core._registry import Registry
+from fabric_core._kernel.registry import Registry
 from fabric_core_cuda import _plugin
 
 
@@ -37,7 +37,7 @@ def test_registration_adds_cuda_between_cpu_and_xla() -> None:
 def test_registration_and_the_package_import_no_torch() -> None:
     code = (
         "import sys, fabric_core_cuda, fabric_core_cuda._plugin; "
-        "from fabric_core._registry import Registry; "
+        "from fabric_core._kernel.registry import Registry; "
         "fabric_core_cuda._plugin.fabric_core_register_accelerators(Registry('accelerator', 'cuda')); "
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from fabric_core._assembly import build
-from fabric_core._manager import PluginManager, plugin_module
-from fabric_core._selection import Selection, select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.manager import PluginManager, plugin_module
+from fabric_core._kernel.selection import Selection, select
 from fabric_core.errors import InvalidConfigError, UnknownNameError
 from fabric_core.testing import make_manager
 from fabric_core_cuda import _plugin, accelerator

@@ -10,10 +10,10 @@ from importlib import metadata
 import pytest
 import torch
 
-from fabric_core._assembly import build
-from fabric_core._manager import PluginManager
-from fabric_core._registry import Registry, Spec
-from fabric_core._selection import SelectionContext, select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.manager import PluginManager
+from fabric_core._kernel.registry import Registry, Spec
+from fabric_core._kernel.selection import SelectionContext, select
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.testing import make_manager
 from fabric_core_ddp import _plugin

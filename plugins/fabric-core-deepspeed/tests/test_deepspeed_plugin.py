@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from fabric_core import spec
-from fabric_core._assembly import build
-from fabric_core._registry import Registry
-from fabric_core._selection import select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.registry import Registry
+from fabric_core._kernel.selection import select
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError, UnknownNameError
 from fabric_core.precision.double import DoublePrecision
 from fabric_core.testing import make_manager
@@ -77,8 +77,8 @@ def test_importing_the_registration_module_imports_neither_torch_nor_deepspeed()
 @pytest.mark.timeout(60)
 def test_building_the_strategy_does_not_import_deepspeed() -> None:
     code = (
-        "import sys; from fabric_core._selection import select; from fabric_core.testing import make_manager; "
-        "from fabric_core._assembly import build; from fabric_core_deepspeed import _plugin; "
+        "import sys; from fabric_core._kernel.selection import select; from fabric_core.testing import make_manager; "
+        "from fabric_core._fabric.assembly import build; from fabric_core_deepspeed import _plugin; "
         "s = build(select(make_manager(('deepspeed', _plugin)), accelerator='cpu', devices=2, strategy='deepspeed')); "
         "sys.exit(1 if 'deepspeed' in sys.modules else 0)"
     )

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from fabric_core import spec
-from fabric_core._assembly import build
-from fabric_core._registry import Registry
-from fabric_core._selection import select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.registry import Registry
+from fabric_core._kernel.selection import select
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.testing import make_manager
 from fabric_core_fsdp import FSDPPrecision, FSDPStrategy, ModelParallelStrategy, _plugin

@@ -9,7 +9,7 @@ from importlib import metadata
 import pytest
 
 from fabric_core import PluginManager
-from fabric_core._registry import Registry
+from fabric_core._kernel.registry import Registry
 from fabric_core_mps import _plugin
 
 
@@ -36,7 +36,7 @@ def test_registration_adds_mps_in_the_gpu_band() -> None:
 def test_registration_the_probe_and_the_package_import_no_torch() -> None:
     code = (
         "import os, sys, fabric_core_mps, fabric_core_mps._plugin, fabric_core_mps.device; "
-        "from fabric_core._registry import Registry; "
+        "from fabric_core._kernel.registry import Registry; "
         "fabric_core_mps._plugin.fabric_core_register_accelerators(Registry('accelerator', 'mps')); "
         "assert fabric_core_mps.device.is_available() is False; "
         "sys.exit(1 if 'torch' in sys.modules else 0)"

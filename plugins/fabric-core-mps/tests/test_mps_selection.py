@@ -12,10 +12,10 @@ from typing import Any, cast
 import pytest
 import torch
 
-from fabric_core._assembly import build
-from fabric_core._context import SelectionContext
-from fabric_core._manager import PluginManager, plugin_module
-from fabric_core._selection import Selection, select
+from fabric_core._fabric.assembly import build
+from fabric_core._kernel.context import SelectionContext
+from fabric_core._kernel.manager import PluginManager, plugin_module
+from fabric_core._kernel.selection import Selection, select
 from fabric_core.errors import InvalidConfigError
 from fabric_core.testing import make_manager
 from fabric_core_mps import _plugin, device

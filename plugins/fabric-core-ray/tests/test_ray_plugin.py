@@ -49,7 +49,7 @@ def test_registering_and_probing_import_neither_ray_nor_torch() -> None:
 
 
 def test_auto_detection_outside_ray_keeps_the_default_environment() -> None:
-    from fabric_core._selection import select
+    from fabric_core._kernel.selection import select
 
     manager = make_manager(("ray", _plugin))
     assert select(manager, accelerator="cpu").context.environment == "lightning"

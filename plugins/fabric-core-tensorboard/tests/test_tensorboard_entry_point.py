@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core._registry import Registry
+from fabric_core._kernel.registry import Registry
 from fabric_core_tensorboard import _plugin
 
 

@@ -10,7 +10,7 @@ from importlib import metadata
 import pytest
 
 from fabric_core import PluginManager
-from fabric_core._registry import Registry
+from fabric_core._kernel.registry import Registry
 from fabric_core_xla import _plugin
 
 
@@ -54,7 +54,7 @@ def test_registration() -> None:
 def test_registration_the_probe_and_the_package_import_neither_torch_nor_torch_xla() -> None:
     code = (
         "import sys, fabric_core_xla, fabric_core_xla._plugin, fabric_core_xla.device as d; "
-        "from fabric_core._registry import Registry; "
+        "from fabric_core._kernel.registry import Registry; "
         "fabric_core_xla._plugin.fabric_core_register_accelerators(Registry('accelerator', 'xla')); "
         "d.is_available(); "
         "heavy = [m for m in ('torch', 'torch_xla') if m in sys.modules]; print(heavy); "

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from fabric_core import Fabric
-from fabric_core._registry import spec
+from fabric_core._kernel.registry import spec
 from fabric_core.io.torch_io import TorchCheckpointIO
 
 STEPS = 3

@@ -4,7 +4,7 @@ Lightning keeps a dict per kind that classes register themselves into; in fabric
 components through hooks, and these views show the resulting catalog in Lightning's shape
 (``{name: {"description", "init_params", <kind>, "<kind>_name"}}``). Nothing is imported until an entry's
 class is asked for. ``register`` adds a component for the running process, as Lightning's does, beside the
-plugins' entries (:meth:`fabric_core._manager.PluginManager.add_in_code`).
+plugins' entries (:meth:`fabric_core._kernel.manager.PluginManager.add_in_code`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class CatalogView(Mapping[str, dict[str, Any]]):
 
     @staticmethod
     def _catalog() -> Any:
-        from fabric_core._manager import get_manager
+        from fabric_core._kernel.manager import get_manager
 
         return get_manager().catalog
 
@@ -102,8 +102,8 @@ class CatalogView(Mapping[str, dict[str, Any]]):
             raise self.duplicate_error(f"'{name}' is already present in the registry. HINT: Use `override=True`.")
 
         def do_register(registered: Any) -> Any:
-            from fabric_core._manager import IN_CODE, get_manager
-            from fabric_core._registry import in_code_entry
+            from fabric_core._kernel.manager import IN_CODE, get_manager
+            from fabric_core._kernel.registry import in_code_entry
 
             entry = in_code_entry(
                 self._kind, name, registered, description=description, defaults=init_params, plugin=IN_CODE
@@ -120,7 +120,7 @@ class CatalogView(Mapping[str, dict[str, Any]]):
             ReadOnlyRegistryError: ``name`` comes from a plugin: disable the plugin instead.
             KeyError: There is no such name.
         """
-        from fabric_core._manager import get_manager
+        from fabric_core._kernel.manager import get_manager
 
         entry = self._entry(name)
         if not get_manager().remove_in_code(self._kind, entry.name):
@@ -148,7 +148,7 @@ def plugin_export(name: str, kind: str) -> Any:
     """
     import importlib
 
-    from fabric_core._manager import get_manager
+    from fabric_core._kernel.manager import get_manager
 
     packages = dict.fromkeys(e.target.split(".", 1)[0] for e in get_manager().catalog.entries(kind))
     for package in packages:

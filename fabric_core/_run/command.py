@@ -18,17 +18,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fabric_core._arguments import ENV_OVERRIDES, LIGHTNING_CLI_ENV, LIGHTNING_ENV_OVERRIDES
-from fabric_core._manager import PluginManager
-from fabric_core._run_checks import (
+from fabric_core._kernel.arguments import ENV_OVERRIDES, LIGHTNING_CLI_ENV, LIGHTNING_ENV_OVERRIDES
+from fabric_core._kernel.manager import PluginManager
+from fabric_core._run.checks import (
     MONITOR_INTERVAL,
     MULTI_NODE_PORT,
     RDZV_BACKENDS,
     elastic_options,
     rendezvous_options,
 )
-from fabric_core._run_checks import num_processes as _num_processes
-from fabric_core._run_worker import CLI_ENV, LAUNCHER_PID_ENV
+from fabric_core._run.checks import num_processes as _num_processes
+from fabric_core._run.worker import CLI_ENV, LAUNCHER_PID_ENV
 from fabric_core.errors import FabricCoreError, InvalidConfigError, UnknownNameError
 
 __all__ = [
@@ -129,7 +129,7 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
         if value is not None and value.lower() not in ("auto", "gpu"):
             catalog.get(kind, value, argument=f"fabric-core run --{kind} ...")
     if args.precision is not None:
-        from fabric_core._arguments import PRECISION_ALIASES
+        from fabric_core._kernel.arguments import PRECISION_ALIASES
 
         name = args.precision.lower()
         if name not in PRECISION_ALIASES and catalog.find("precision", name) is None:
@@ -154,7 +154,7 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
                 argument="lightning_imports",
                 value=runner.name,
             )
-        from fabric_core._lightning_alias import install
+        from fabric_core._lightning.alias import install
 
         install()  # FABRIC_CORE_LIGHTNING_IMPORTS=1 and the handover folder on PYTHONPATH, for every worker
     return int(runner.load()(args, manager))
@@ -162,9 +162,9 @@ def run_command(args: argparse.Namespace, manager: PluginManager) -> int:
 
 def run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
     """The built-in runner ``"torchrun"``: set the environment and hand over to torchrun."""
-    from fabric_core._run_agent import collection_deferred
+    from fabric_core._run.agent import collection_deferred
 
-    with collection_deferred():  # until the workers have started: see fabric_core._run_agent
+    with collection_deferred():  # until the workers have started: see fabric_core._run.agent
         return _run_torchrun(args, manager)
 
 
@@ -212,9 +212,9 @@ def _run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         f"--node_rank={args.node_rank}",
         *rendezvous,
         *elastic,
-        # Every worker starts in fabric_core._run_worker, which ties it to this process, then runs the script.
+        # Every worker starts in fabric_core._run.worker, which ties it to this process, then runs the script.
         "--module",
-        "fabric_core._run_worker",
+        "fabric_core._run.worker",
         args.script,
         *args.script_args,
     ]
@@ -268,7 +268,7 @@ def _torchrun(
     from torch.distributed.elastic.rendezvous.api import RendezvousError as AgentRendezvousError
     from torch.distributed.run import main as torchrun
 
-    from fabric_core._run_agent import describe_exit, launcher_agent
+    from fabric_core._run.agent import describe_exit, launcher_agent
 
     try:
         with launcher_agent(num_nodes=1 if meeting is None else meeting[1]):
@@ -330,7 +330,7 @@ def elastic_network_options(options: list[str], num_nodes: int) -> list[str]:
     Raises:
         InvalidConfigError: No route from this machine to the endpoint.
     """
-    from fabric_core._run_checks import rdzv_conf
+    from fabric_core._run.checks import rdzv_conf
     from fabric_core.strategies import _network
 
     values = _option_values(options)

@@ -108,7 +108,7 @@ def fabric_core_register_callbacks(registry: Registry) -> None:
 def fabric_core_register_runners(registry: Registry) -> None:
     registry.add(
         "torchrun",
-        "fabric_core._run:run_torchrun",
+        "fabric_core._run.command:run_torchrun",
         description="The default: torchrun starts --devices processes on this node (--num-nodes nodes in all).",
     )
 

@@ -9,8 +9,8 @@ from typing import Any
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabric_core import _fabric_checks as checks
-from fabric_core._fabric_collectives import Collectives
+from fabric_core._fabric import checks as checks
+from fabric_core._fabric.collectives import Collectives
 from fabric_core.errors import CheckpointError
 from fabric_core.io.safe_pickle import resolve_weights_only
 from fabric_core.wrappers import is_wrapped, unwrap_for_checkpoint, unwrap_objects

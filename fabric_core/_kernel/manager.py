@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import pluggy
 
 from fabric_core import hookspecs
+from fabric_core._kernel.metadata import core_requirement_problem, dist_key, entry_points, read_facts
+from fabric_core._kernel.registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core._logging import log_event
-from fabric_core._metadata import core_requirement_problem, dist_key, entry_points, read_facts
-from fabric_core._registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core.errors import (
     FabricCoreError,
     IncompatiblePluginError,
@@ -37,7 +37,7 @@ from fabric_core.errors import (
 )
 
 if TYPE_CHECKING:
-    from fabric_core._context import SelectionContext
+    from fabric_core._kernel.context import SelectionContext
 
 __all__ = ["ENTRY_POINT_GROUP", "IN_CODE", "PluginManager", "PluginRecord", "get_manager"]
 
@@ -250,7 +250,7 @@ class PluginManager:
         return removed
 
     def _load_all(self) -> None:
-        from fabric_core import _builtin
+        from fabric_core._kernel import builtin as _builtin
 
         self._register(BUILTIN, _builtin, PluginRecord(BUILTIN, "loaded", module=_builtin.__name__))
         for name, obj in self._extra.items():

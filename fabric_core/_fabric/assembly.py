@@ -1,6 +1,6 @@
 """Builds what selection decided: instantiates the components and connects them to the strategy.
 
-:mod:`fabric_core._selection` only decides; this is the one place that turns its :class:`Selection` into
+:mod:`fabric_core._kernel.selection` only decides; this is the one place that turns its :class:`Selection` into
 objects, and so the place that checks what only a built component can say (whether the strategy's launcher
 can run in a notebook).
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fabric_core._selection import Choice, Selection, select
+from fabric_core._kernel.selection import Choice, Selection, select
 from fabric_core.errors import InteractiveSessionError
 
 if TYPE_CHECKING:
-    from fabric_core._manager import PluginManager
+    from fabric_core._kernel.manager import PluginManager
 
 __all__ = ["Components", "assemble", "build"]
 
@@ -77,7 +77,8 @@ def build(selection: Selection) -> Components:
 
 
 def assemble(manager: PluginManager | None, **arguments: Any) -> Components:
-    """Decide the components for ``Fabric(...)`` arguments (:func:`~fabric_core._selection.select`), then build them."""
+    """Decide the components for ``Fabric(...)`` arguments (:func:`~fabric_core._kernel.selection.select`), then
+    build them."""
     return build(select(manager, **arguments))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Catalog
+    from fabric_core._kernel.registry import Catalog
 
 __all__ = ["Decision", "SelectionContext"]
 

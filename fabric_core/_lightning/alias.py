@@ -1,10 +1,10 @@
 """Zero-edit mode: ``lightning_fabric`` and ``lightning.fabric`` import as fabric_core's own modules.
 
-:func:`install` puts :class:`LightningImportsFinder` first on ``sys.meta_path``. For ``lightning_fabric.X``
-and ``lightning.fabric.X`` it answers with a spec whose loader returns the module ``fabric_core.X`` itself
-(as :mod:`fabric_core._aliases` does for plugin paths), so there is one module object under three names and
-``isinstance`` and ``mock.patch`` agree across them. ``lightning`` itself is the installed distribution when
-there is one (its ``__init__`` then imports ``lightning.fabric.fabric``, which is ours, and the real
+:func:`install` puts :class:`LightningImportsFinder` first on ``sys.meta_path``. For ``lightning_fabric.X`` and
+``lightning.fabric.X`` it answers with a spec whose loader returns the module ``fabric_core.X`` itself (as
+:mod:`fabric_core._kernel.lightning_paths` does for plugin paths), so there is one module object under three
+names and ``isinstance`` and ``mock.patch`` agree across them. ``lightning`` itself is the installed distribution
+when there is one (its ``__init__`` then imports ``lightning.fabric.fabric``, which is ours, and the real
 ``lightning.pytorch``), otherwise a small stand-in package with ``fabric``, ``Fabric`` and ``seed_everything``.
 
 Child processes inherit the mode through two things :func:`install` sets: ``FABRIC_CORE_LIGHTNING_IMPORTS=1``
@@ -23,7 +23,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from fabric_core._lightning_loggers import serve_lightning_names
+from fabric_core._lightning.loggers import serve_lightning_names
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +34,7 @@ __all__ = ["ENV", "HANDOVER_PATH", "LightningImportsFinder", "describe", "hand_o
 #: Set to ``1`` in a process (and so in its children) that runs in zero-edit mode.
 ENV: Final = "FABRIC_CORE_LIGHTNING_IMPORTS"
 #: The folder whose ``lightning`` and ``lightning_fabric`` packages hand the import over to this mode.
-HANDOVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lightning_handover")
+HANDOVER_PATH: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "handover")
 #: Lightning's names for fabric_core's package.
 SERVED: Final = ("lightning_fabric", "lightning.fabric")
 #: Attributes of the real ``lightning`` package that belong to ``lightning.pytorch``.
@@ -156,7 +156,7 @@ def install() -> None:
     """Turn zero-edit mode on in this process and the processes it starts; a second call does nothing.
 
     As Lightning's import does, it sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (unless set), and fabric-core's
-    log records take Lightning's logger names (:mod:`fabric_core._lightning_loggers`).
+    log records take Lightning's logger names (:mod:`fabric_core._lightning.loggers`).
 
     Raises:
         InvalidConfigError: Lightning Fabric's own modules are imported already: serving the names now would

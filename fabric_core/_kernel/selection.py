@@ -2,7 +2,7 @@
 
 :func:`select` decides everything and records why (:class:`Decision`), importing only the classes it must ask
 about devices; it builds nothing but the cluster environment, whose answers (did a scheduler start the
-processes, how many) decide the devices. :func:`fabric_core._assembly.build` then makes and connects the
+processes, how many) decide the devices. :func:`fabric_core._fabric.assembly.build` then makes and connects the
 objects; ``fabric-core explain`` prints the decisions without building anything.
 
 Every way a component is given takes one path: a name or ``spec(...)`` goes through the selection hook and the
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric_core._arguments import (
+from fabric_core._kernel.arguments import (
     PRECISION_ALIASES,
     accelerator_label,
     check_device_count,
@@ -33,10 +33,10 @@ from fabric_core._arguments import (
     normalize_precision,
     validate_num_nodes,
 )
-from fabric_core._context import Decision, SelectionContext
+from fabric_core._kernel.context import Decision, SelectionContext
+from fabric_core._kernel.manager import PluginManager, get_manager
+from fabric_core._kernel.registry import Catalog, Entry, Spec
 from fabric_core._logging import log_event
-from fabric_core._manager import PluginManager, get_manager
-from fabric_core._registry import Catalog, Entry, Spec
 from fabric_core._signature import accepts
 from fabric_core.errors import (
     AcceleratorUnavailableError,
@@ -60,7 +60,7 @@ class Choice:
 
 @dataclass
 class Selection:
-    """Everything :func:`select` decided; :func:`fabric_core._assembly.build` makes the objects."""
+    """Everything :func:`select` decided; :func:`fabric_core._fabric.assembly.build` makes the objects."""
 
     context: SelectionContext
     decisions: list[Decision]

@@ -47,7 +47,7 @@ def _plugin_modules() -> dict[str, str]:
             return {}  # discovery itself is asking for a logger: answer with the name as it is
         _resolving.active = True
         try:
-            from fabric_core._manager import get_manager
+            from fabric_core._kernel.manager import get_manager
 
             modules = get_manager().catalog.modules
             _plugin_paths = {d.module: path for path, ds in modules.items() for d in ds}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fabric_core._deferred import lightning_reexports, submodule
 
 if TYPE_CHECKING:
-    from fabric_core._registry import Catalog
+    from fabric_core._kernel.registry import Catalog
 
 __all__ = ["class_getattr"]
 
@@ -46,9 +46,9 @@ def _absent_class(package: str, name: str) -> Any:
     """The placeholder of Lightning's class ``name`` from a path under ``package`` whose plugin is absent.
 
     Lightning's packages have their classes whether or not the hardware or package is there
-    (``lightning.fabric.accelerators.TPUAccelerator``); so do ours, as :mod:`fabric_core._absent` builds them.
+    (``lightning.fabric.accelerators.TPUAccelerator``); so do ours, as :mod:`fabric_core._kernel.absent` builds them.
     """
-    from fabric_core._absent_names import ABSENT_NAMES
+    from fabric_core._kernel.absent_names import ABSENT_NAMES
 
     prefix = f"{package.removeprefix('fabric_core').lstrip('.')}."
     for path, names in ABSENT_NAMES.items():
@@ -74,7 +74,7 @@ def class_getattr(
         module = local.get(name)
         if module is not None:
             return getattr(importlib.import_module(module), name)
-        from fabric_core._lightning_names import REEXPORTS
+        from fabric_core._kernel.lightning_names import REEXPORTS
 
         if name in REEXPORTS.get(package, ()):  # a name Lightning's package re-exports from one of its modules
             try:
@@ -83,7 +83,7 @@ def class_getattr(
                 pass  # that module is a plugin's: the catalog below finds the class or says how to get it
         if name.islower():  # a module path (``strategies.fsdp``); classes are CamelCase
             return submodule(package, name)
-        from fabric_core._manager import get_manager
+        from fabric_core._kernel.manager import get_manager
 
         catalog = get_manager().catalog
         entries = [e for e in catalog.by_class_name(name) if e.kind in kinds]
@@ -115,7 +115,7 @@ def class_getattr(
         )
 
     def __dir__() -> list[str]:
-        from fabric_core._manager import get_manager
+        from fabric_core._kernel.manager import get_manager
 
         catalog = get_manager().catalog
         return sorted({*local, *(e.class_name for e in catalog.entries() if e.kind in kinds)})

@@ -1,11 +1,11 @@
 """Zero-edit mode's handover for ``import lightning`` in a child process.
 
 It turns the mode on and imports ``lightning`` again, now served by the mode; that module replaces this
-one in ``sys.modules``. See :mod:`fabric_core._lightning_alias`.
+one in ``sys.modules``. See :mod:`fabric_core._lightning.alias`.
 """
 
 from __future__ import annotations
 
-from fabric_core._lightning_alias import hand_over
+from fabric_core._lightning.alias import hand_over
 
 hand_over(__name__)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Final
 
-from fabric_core._manager import PluginManager
+from fabric_core._kernel.manager import PluginManager
 from fabric_core.errors import InvalidConfigError
 
 __all__ = [
@@ -45,7 +45,7 @@ def num_processes(manager: PluginManager, args: argparse.Namespace) -> int:
         InvalidConfigError: A value ``Fabric(...)`` would refuse (``--devices -1`` on cpu, ``--devices 0``,
             ``--num-nodes 0``, ...), or a strategy that runs one process asked to run several.
     """
-    from fabric_core._selection import select
+    from fabric_core._kernel.selection import select
     from fabric_core.strategies.parallel import ParallelStrategy
 
     try:
@@ -156,7 +156,7 @@ def rendezvous_options(
     port 0: the kernel picks a free port at the moment it binds, so two jobs on one machine cannot collide
     (choosing a free port first and binding it later would leave a window for another job to take it).
     The workers get that port as ``MASTER_PORT`` and use the agent's store (that is torch's c10d
-    rendezvous, whose costs for a one-node job :mod:`fabric_core._run_agent` takes off).
+    rendezvous, whose costs for a one-node job :mod:`fabric_core._run.agent` takes off).
 
     Any of ``--rdzv-backend/--rdzv-endpoint/--rdzv-id`` chooses the rendezvous directly instead (backend
     c10d unless given; on one node the endpoint defaults to ``ADDRESS:0`` and the id to a new random one).

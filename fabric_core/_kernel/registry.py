@@ -120,7 +120,7 @@ class Entry:
 
     def missing_requirements(self) -> list[str]:
         """Return the requirements of this entry that the installed distributions do not satisfy."""
-        from fabric_core._metadata import unmet_requirements
+        from fabric_core._kernel.metadata import unmet_requirements
 
         return unmet_requirements(self.requires)
 

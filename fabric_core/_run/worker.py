@@ -1,6 +1,6 @@
 """The first code every ``fabric-core run`` worker runs: tie its life to the launcher, then run the script.
 
-torchrun starts each worker as ``python -u -m fabric_core._run_worker SCRIPT ARGS...`` in a session of its
+torchrun starts each worker as ``python -u -m fabric_core._run.worker SCRIPT ARGS...`` in a session of its
 own, so a launcher killed with SIGKILL (which cannot forward anything) would leave the workers running.
 This module makes the worker die with the launcher before any user code runs:
 
@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from fabric_core._arguments import LIGHTNING_CLI_ENV
+from fabric_core._kernel.arguments import LIGHTNING_CLI_ENV
 
 __all__ = [
     "CLI_ENV",
@@ -136,7 +136,7 @@ def main(argv: Sequence[str]) -> None:
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     if launcher.isdigit():
         tie_to_launcher(int(launcher))
-    from fabric_core._lightning_alias import ENV, install
+    from fabric_core._lightning.alias import ENV, install
 
     if os.environ.get(ENV) == "1":
         install()

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fabric_core._registry import Spec
+from fabric_core._kernel.registry import Spec
 from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConfigError
 
 __all__ = [
