@@ -33,14 +33,19 @@ def _private_imports(module: str) -> list[str]:
     with open(spec.origin, encoding="utf-8") as f:
         tree = ast.parse(f.read(), spec.origin)
     found: set[str] = set()
+
+    def private(target: str) -> bool:
+        parts = target.split(".")
+        return parts[0] == "fabric_core" and any(p.startswith("_") and p != "__main__" for p in parts[1:])
+
     for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        for target in names:
-            parts = target.split(".")
-            if parts[0] == "fabric_core" and any(p.startswith("_") for p in parts[1:2]):
-                found.add(".".join(parts[:2]))
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if private(a.name))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if private(node.module):  # `from fabric_core._kernel.registry import Registry`: that module
+                found.add(node.module)
+            else:  # `from fabric_core import _kernel`: the private module imported by name
+                found.update(f"{node.module}.{a.name}" for a in node.names if private(f"{node.module}.{a.name}"))
     return sorted(found)
 
 
