@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +57,11 @@ CONSTRUCTION: list[tuple[dict[str, Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "error", "pattern"), CONSTRUCTION, ids=[repr(k) for k, _, _ in CONSTRUCTION])
+#: Test ids without memory addresses, so that every collecting process (pytest-xdist's workers) names them alike.
+CONSTRUCTION_IDS = [re.sub(r" at 0x[0-9a-f]+", "", repr(kwargs)) for kwargs, _, _ in CONSTRUCTION]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "pattern"), CONSTRUCTION, ids=CONSTRUCTION_IDS)
 def test_bad_construction_arguments_are_refused_naming_the_value(
     kwargs: dict[str, Any], error: type[Exception], pattern: str
 ) -> None:

@@ -306,14 +306,43 @@ def module_level_names(module: types.ModuleType) -> list[str]:
             and not node.module.startswith(LIGHTNING + ".")
         ):
             foreign.update(alias.asname or alias.name for alias in node.names)
+    # Only names a module-level statement binds: a function that fills ``globals()`` when called (Lightning's
+    # ``_import_bitsandbytes`` defines ``_NF4Linear`` and others so) would make the answer depend on what ran
+    # before in this process.
+    bound = _bound_at_module_level(tree.body)
     names = []
     for name, obj in vars(module).items():
-        if name.startswith("__") or name in foreign or name == "TYPE_CHECKING":
+        if name.startswith("__") or name in foreign or name == "TYPE_CHECKING" or name not in bound:
             continue
         if isinstance(obj, types.ModuleType | logging.Logger):
             continue
         names.append(name)
     return sorted(names)
+
+
+def _bound_at_module_level(body: list[Any]) -> set[str]:
+    """The names the statements of a module body bind, inside module-level ``if``/``try``/``with`` blocks too."""
+    import ast
+
+    bound: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.For):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            if isinstance(node, ast.For):
+                bound |= _bound_at_module_level(node.body + node.orelse)
+        elif isinstance(node, ast.If | ast.While):
+            bound |= _bound_at_module_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            handlers = [stmt for handler in node.handlers for stmt in handler.body]
+            bound |= _bound_at_module_level(node.body + handlers + node.orelse + node.finalbody)
+        elif isinstance(node, ast.With):
+            bound |= _bound_at_module_level(node.body)
+    return bound
 
 
 def missing_module_level_names() -> tuple[list[str], int]:
