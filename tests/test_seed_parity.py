@@ -75,40 +75,49 @@ def test_seeded_workers_of_another_rank_draw_lightnings_numbers() -> None:
     assert ours != _both()[0]
 
 
-# Each package seeds in a fresh interpreter and reports what seeding added to or changed in os.environ.
+# Each package seeds in a fresh interpreter and reports, per call, what seeding added to or changed in os.environ
+# (the environment is put back between calls, so each starts from the same one). One interpreter per package
+# for all the calls: importing Lightning is most of the cost.
 _ENV_SCRIPT = """
 import importlib, json, os, sys, warnings
 warnings.simplefilter("ignore")
-package, call = sys.argv[1], sys.argv[2]
-before = dict(os.environ)
+package, calls = sys.argv[1], json.loads(sys.argv[2])
 seed_everything = importlib.import_module(package).seed_everything
-eval(call, {"seed_everything": seed_everything})
-print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))
+before = dict(os.environ)
+added = []
+for call in calls:
+    eval(call, {"seed_everything": seed_everything})
+    added.append({k: v for k, v in os.environ.items() if before.get(k) != v})
+    os.environ.clear()
+    os.environ.update(before)
+print(json.dumps(added))
 """
 
+_SEED_CALLS = {
+    "seed_everything(42)": {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "0"},
+    "seed_everything(42, workers=True)": {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "1"},
+    "seed_everything()": {"PL_GLOBAL_SEED": "0", "PL_SEED_WORKERS": "0"},
+}
 
-def _environment_added(package: str, call: str) -> dict[str, str]:
+
+def _environment_added(package: str, calls: list[str]) -> list[dict[str, str]]:
     from fabric_core.testing import run_in_own_session
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PL_", "FABRIC_CORE_"))}
-    done = run_in_own_session([sys.executable, "-c", _ENV_SCRIPT, package, call], timeout=120, env=env)
-    assert done.returncode == 0, f"{package}: {call} failed:\n{done.stdout[-2000:]}"
-    added: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    done = run_in_own_session([sys.executable, "-c", _ENV_SCRIPT, package, json.dumps(calls)], timeout=120, env=env)
+    assert done.returncode == 0, f"{package}: {calls} failed:\n{done.stdout[-2000:]}"
+    added: list[dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
     return added
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    ("call", "expected"),
-    [
-        ("seed_everything(42)", {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "0"}),
-        ("seed_everything(42, workers=True)", {"PL_GLOBAL_SEED": "42", "PL_SEED_WORKERS": "1"}),
-        ("seed_everything()", {"PL_GLOBAL_SEED": "0", "PL_SEED_WORKERS": "0"}),
-    ],
-)
-def test_seed_everything_leaves_lightnings_environment(call: str, expected: dict[str, str]) -> None:
+@pytest.mark.parity
+def test_seed_everything_leaves_lightnings_environment() -> None:
     pytest.importorskip("lightning_fabric")
+    calls = list(_SEED_CALLS)
     with ThreadPoolExecutor(2) as pool:
-        theirs, ours = pool.map(lambda package: _environment_added(package, call), ("lightning_fabric", "fabric_core"))
-    assert theirs == expected  # the comparison is against what Lightning really does, not an empty dict
-    assert ours == theirs
+        theirs, ours = pool.map(lambda package: _environment_added(package, calls), ("lightning_fabric", "fabric_core"))
+    for call, their_env, our_env in zip(calls, theirs, ours):
+        assert their_env == _SEED_CALLS[call], call  # against what Lightning really does, not an empty dict
+        assert our_env == their_env, call
