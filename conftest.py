@@ -7,6 +7,33 @@ from collections.abc import Iterator
 
 import pytest
 
+#: Marks of tests that start processes or need a cluster, a GPU or another venv: each implies ``slow``, so that
+#: ``python -m pytest -m "not slow"`` (the inner loop, CONTRIBUTING.md) leaves every one of them out.
+SLOW_MARKS = frozenset(
+    {
+        "multiprocess",
+        "kill_resume",
+        "soak",
+        "deepspeed",
+        "zero_edit",
+        "examples",
+        "parity",
+        "ray",
+        "world_sizes",
+        "multinode",
+        "slurm",
+        "one_install",
+        "litgpt",
+        "xla",
+        "cuda",
+    }
+)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if any(item.get_closest_marker(name) for name in SLOW_MARKS):
+        item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _clean_fabric_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

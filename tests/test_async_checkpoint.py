@@ -175,6 +175,7 @@ def _kill_mid_write(mode: str, directory: Path) -> str:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.kill_resume
 def test_kill_during_the_background_write_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     _kill_mid_write("kill-run", tmp_path)
     _kill_mid_write("kill-plain", tmp_path)

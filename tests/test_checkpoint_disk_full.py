@@ -56,6 +56,7 @@ def _small_filesystem_command(folder: Path) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_save_that_runs_out_of_space_says_so_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     folder = tmp_path / "small"
     folder.mkdir()

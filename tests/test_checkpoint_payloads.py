@@ -93,6 +93,7 @@ def test_a_payload_in_meta_pt_is_refused(folder: Path, marker: Path) -> None:
     assert executions(marker) == 0
 
 
+@pytest.mark.slow
 def test_consolidate_cli_refuses_a_payload_and_names_the_file(folder: Path, marker: Path, tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     shutil.copytree(folder, clean)

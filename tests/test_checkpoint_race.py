@@ -14,6 +14,8 @@ from fabric_core.errors import CheckpointError
 from fabric_core.io import _file
 from fabric_core.io.torch_io import TorchCheckpointIO
 
+pytestmark = pytest.mark.soak
+
 # Versions differ in the number of tensors and in their sizes, so that the records of one version lie at
 # other offsets of the file than those of the next; every element of version v is v.
 _VERSIONS = 6

@@ -110,6 +110,7 @@ def _loads(out: str, rank: int) -> int:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(("devices", "per_epoch"), [(1, 10), (2, 5)], ids=["one_process", "two_ranks"])
 @pytest.mark.timeout(150)
+@pytest.mark.kill_resume
 def test_a_resumed_run_sees_the_batches_of_an_uninterrupted_one(tmp_path: Path, devices: int, per_epoch: int) -> None:
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)

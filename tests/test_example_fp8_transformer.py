@@ -15,6 +15,8 @@ from types import ModuleType
 import pytest
 import torch
 
+pytestmark = pytest.mark.examples
+
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "fp8_transformer.py"
 
 
@@ -36,6 +38,7 @@ def run_script(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(40)
+@pytest.mark.slow
 def test_without_cuda_the_script_skips_with_a_reason_and_exits_0() -> None:
     done = run_script("--steps", "30")
     last = done.stdout.strip().splitlines()[-1]
@@ -45,6 +48,7 @@ def test_without_cuda_the_script_skips_with_a_reason_and_exits_0() -> None:
 
 
 @pytest.mark.timeout(40)
+@pytest.mark.slow
 def test_bad_arguments_give_the_fail_line_and_exit_1() -> None:
     done = run_script("--dim", "100")
     assert done.returncode == 1
@@ -53,6 +57,7 @@ def test_bad_arguments_give_the_fail_line_and_exit_1() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_on_the_cpu_it_trains_both_runs_or_says_why_it_cannot() -> None:
     small = ("--device", "cpu", "--dim", "32", "--layers", "1", "--heads", "2", "--vocab", "64", "--seq-len", "16")
     done = run_script(*small, "--batch-size", "8", "--steps", "20", "--lr", "1e-2")

@@ -22,13 +22,18 @@ def test_example_plugin_installs_and_is_selected_by_name(tmp_path: Path) -> None
     python = env_dir / "bin" / "python"
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     # The throwaway environment sees this one's packages (torch, fabric-core) but installs into its own.
     Path(site, "_parent_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
         [python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(EXAMPLE)],
-        check=True, capture_output=True, text=True, timeout=150,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     listing = subprocess.run(
         [python, "-m", "fabric_core", "list-plugins", "--json"], capture_output=True, text=True, check=True

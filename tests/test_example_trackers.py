@@ -12,11 +12,14 @@ import pytest
 
 from fabric_core.testing import fake_distribution
 
+pytestmark = pytest.mark.examples
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_classifier.py"
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_wandb_logger_and_progress_bar(tmp_path: Path) -> None:
     wandb_plugin = ROOT / "plugins" / "fabric-core-wandb"
     entry = {"wandb": "fabric_core_wandb._plugin"}

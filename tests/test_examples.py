@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.examples
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -62,6 +64,7 @@ def metrics(out: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.timeout(100)
+@pytest.mark.slow
 def test_train_classifier_learns_and_writes_its_checkpoint_and_metrics(tmp_path: Path) -> None:
     out = tmp_path / "classifier"
     stdout = python("train_classifier.py", "--epochs", "1", "--out", str(out), cwd=tmp_path)
@@ -73,6 +76,7 @@ def test_train_classifier_learns_and_writes_its_checkpoint_and_metrics(tmp_path:
 
 
 @pytest.mark.timeout(100)
+@pytest.mark.slow
 def test_char_transformer_loss_goes_down_and_it_samples_text(tmp_path: Path) -> None:
     out = tmp_path / "chars"
     stdout = python(
@@ -89,6 +93,7 @@ def test_char_transformer_loss_goes_down_and_it_samples_text(tmp_path: Path) -> 
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_checkpoint_resume_refuses_to_resume_without_a_checkpoint(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "checkpoint_resume.py"), "--resume", "--out", str(tmp_path / "none")],
@@ -117,6 +122,7 @@ def test_checkpoint_resume_on_two_ddp_processes_matches_an_uninterrupted_run(tmp
 
 
 @pytest.mark.timeout(100)
+@pytest.mark.slow
 def test_lightning_module_logs_through_self_log_and_its_hooks_run(tmp_path: Path) -> None:
     out = tmp_path / "lit"
     stdout = python("lightning_module.py", "--epochs", "2", "--out", str(out), cwd=tmp_path)

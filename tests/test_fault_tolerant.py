@@ -23,6 +23,8 @@ import pytest
 
 from fabric_core.run_checkpoints import MARKER
 
+pytestmark = pytest.mark.kill_resume
+
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "fault_tolerant.py"
 OPTIONS = ("--steps", "40", "--every", "5", "--step-seconds", "0.05")
 DEADLINE_S = 60

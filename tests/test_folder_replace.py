@@ -241,6 +241,7 @@ def _older_leftover(path: Path, version: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exchange", "two-renames"])
+@pytest.mark.soak
 def test_savers_killed_at_random_points_never_lose_the_checkpoint(tmp_path: Path, mode: str) -> None:
     if mode == "exchange" and atomic._renameat2 is None:
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
@@ -294,6 +295,7 @@ def test_savers_killed_at_random_points_never_lose_the_checkpoint(tmp_path: Path
     [("exchange", True, 20.0), ("two-renames", True, 6.0), ("exchange", False, 5.0)],
     ids=["exchange", "two-renames", "exchange-without-proc-fd"],
 )
+@pytest.mark.soak
 def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, descriptor_names: bool, seconds: float
 ) -> None:

@@ -125,6 +125,7 @@ def test_errors_users_catch_by_their_builtin_type(library: Any, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("library", ["lightning_fabric", "fabric_core"])
+@pytest.mark.slow
 def test_possible_user_warnings_off_in_the_environment_silences_them(library: str) -> None:
     import os
     import subprocess

@@ -89,6 +89,7 @@ def check_two_ranks(outdir: Path, done: subprocess.CompletedProcess[str]) -> Non
 @pytest.mark.multiprocess
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("how", ["lightning_imports", "print-env"])
+@pytest.mark.zero_edit
 def test_fabric_run_trains_on_two_processes_with_fabric_core(
     how: str, fabric_on_path: dict[str, str], tmp_path: Path
 ) -> None:
@@ -163,6 +164,7 @@ def drive(zero_edit: bool, argvs: list[list[str]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.zero_edit
 def test_run_main_matches_lightnings_variables_torchrun_arguments_and_exit_codes(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("")
@@ -248,6 +250,7 @@ def test_fabric_core_variables_come_before_lightnings() -> None:
 # -- the module stays light; the commands exist only with click ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_module_imports_neither_click_nor_torch_until_a_command_is_asked_for() -> None:
     code = (
         "import sys, fabric_core.cli as c\n"
@@ -267,6 +270,7 @@ def test_cli_module_imports_neither_click_nor_torch_until_a_command_is_asked_for
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+@pytest.mark.zero_edit
 def test_fabric_core_run_accepts_lightnings_underscore_spellings(tmp_path: Path) -> None:
     options = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--num_nodes", "1", "--node_rank", "0"]
     options += ["--main_address", "127.0.0.1", "--main_port", str(free_port())]

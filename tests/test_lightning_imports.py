@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.zero_edit
+
 JOB = Path(__file__).parent / "_jobs" / "lightning_imports_job.py"
 
 HIDE_LIGHTNING = """

@@ -99,6 +99,7 @@ def _report(fabric: Any, tensor: torch.Tensor, model: torch.nn.Module) -> dict[s
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+@pytest.mark.parity
 def test_spawned_workers_share_tensor_arguments_but_not_module_weights(library: ModuleType) -> None:
     fabric = library.Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
     result = fabric.launch(_report, torch.zeros(2), torch.nn.Linear(2, 2))
@@ -206,6 +207,7 @@ with open(os.path.join(sys.argv[2], f"{sys.argv[1]}-{report['rank']}.json"), "w"
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+@pytest.mark.parity
 def test_mpi_ranks_learn_their_node_and_local_rank_on_first_use(tmp_path: Path) -> None:
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
@@ -248,6 +250,8 @@ print(json.dumps(sorted(message for _, message in records)))
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
+@pytest.mark.parity
 def test_ignored_rank_setters_log_where_lightnings_environments_log(tmp_path: Path) -> None:
     script = tmp_path / "setters.py"
     script.write_text(_SETTER_LOG_SCRIPT)

@@ -91,6 +91,7 @@ def test_lazy_load_runs_no_code_from_the_checkpoint(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_lazy_load_keeps_the_data_on_disk_until_used(tmp_path: Path) -> None:
     """A 160 MB checkpoint: loading its structure costs a few MB; each tensor's bytes are read when used."""
     code = textwrap.dedent(
@@ -222,6 +223,7 @@ d._destroy_dist_connection()
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("package", ["fabric_core", "lightning"])
+@pytest.mark.parity
 def test_process_group_helpers_on_two_ranks(package: str, tmp_path: Path) -> None:
     import socket
 

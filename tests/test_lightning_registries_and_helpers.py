@@ -63,6 +63,7 @@ def test_strategy_registry_matches_lightnings_names_and_arguments() -> None:
         assert ours[name]["strategy"].__name__ == theirs[name]["strategy"].__name__, name
 
 
+@pytest.mark.slow
 def test_registering_in_code_adds_to_the_catalog_for_this_process() -> None:
     import subprocess
     import sys

@@ -35,7 +35,7 @@ MODES = {"zero-edit": ["-m", "fabric_core.lightning_imports", str(JOB)], "lightn
 VERSIONS = ("version_0", "version_1")
 HPARAMS = {"lr": 0.1, "width": 4}
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.zero_edit, pytest.mark.timeout(300)]
 
 
 def _run(mode: str, out: Path) -> dict[str, Any]:

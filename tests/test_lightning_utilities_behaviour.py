@@ -101,6 +101,7 @@ def _shared_filesystem_answers(fabric: Any, folder: Path) -> dict[str, Any]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+@pytest.mark.parity
 def test_shared_filesystem_answers_on_two_real_ranks(library: ModuleType, tmp_path: Path) -> None:
     fabric = library.Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
     answers = fabric.launch(_shared_filesystem_answers, tmp_path)

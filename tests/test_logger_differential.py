@@ -74,6 +74,7 @@ def _outcome(found: dict[str, Any], catch: str | None = None) -> compat_cases.Ou
 
 
 @pytest.mark.parametrize("case_id", list(CASES))
+@pytest.mark.slow
 def test_same_behaviour_as_lightning(case_id: str, results: dict[str, dict[str, Any]]) -> None:
     theirs_found, ours_found = (results[package][case_id] for package in compat_cases.PACKAGES)
     theirs = _outcome(theirs_found)

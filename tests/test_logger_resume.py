@@ -38,6 +38,7 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]], str]:
     return list(reader.fieldnames or []), rows, text
 
 
+@pytest.mark.kill_resume
 def test_a_killed_csv_run_resumes_its_version_without_duplicate_rows(tmp_path: Path) -> None:
     options = {"root_dir": str(tmp_path / "logs"), "name": "exp", "flush_logs_every_n_steps": 1}
     # Checkpoints after steps 3 and 6; the kill comes after step index 7 was logged and written.
@@ -135,6 +136,7 @@ def test_the_loggers_key_is_reserved(tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
+@pytest.mark.kill_resume
 def test_a_preempted_two_process_job_resumes_one_version(tmp_path: Path) -> None:
     """Rank 0's identity is saved and given to both ranks; rank 1 writes nothing and makes no version.
 

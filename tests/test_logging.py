@@ -19,6 +19,7 @@ def run(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_no_structured_events_by_default() -> None:
     # Only the line Lightning Fabric logs too; no kernel event.
     assert run().stderr == "Using bfloat16 Automatic Mixed Precision (AMP)\n"
@@ -56,6 +57,8 @@ def _info_lines(library: str, mode: str) -> list[str]:
     return [line for line in done.stderr.splitlines() if "Warning" not in line and line.strip()]
 
 
+@pytest.mark.slow
+@pytest.mark.parity
 def test_info_lines_are_lightnings_and_can_be_silenced() -> None:
     pytest.importorskip("lightning_fabric")
     ours = _info_lines("fabric_core", "default")
@@ -64,6 +67,7 @@ def test_info_lines_are_lightnings_and_can_be_silenced() -> None:
     assert _info_lines("fabric_core", "quiet") == []
 
 
+@pytest.mark.slow
 def test_json_lines_record_discovery_and_each_decision() -> None:
     done = run(FABRIC_CORE_LOG="debug", FABRIC_CORE_LOG_FORMAT="json")
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
@@ -79,6 +83,7 @@ def test_json_lines_record_discovery_and_each_decision() -> None:
     assert all("timestamp" in e for e in events)
 
 
+@pytest.mark.slow
 def test_info_level_hides_debug_events_and_console_format_is_readable() -> None:
     done = run(FABRIC_CORE_LOG="info")
     assert "selection" in done.stderr and "precision=bf16-mixed" in done.stderr

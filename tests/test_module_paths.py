@@ -55,6 +55,7 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+@pytest.mark.slow
 def test_every_lightning_module_path_imports_under_fabric_core() -> None:
     paths = lightning_module_paths()
     assert len(paths) > 80  # the walk found Lightning's tree (86 modules in 2.6)
@@ -87,6 +88,7 @@ def test_every_lightning_module_path_imports_under_fabric_core() -> None:
     assert result["plugins.precision.precision"] == "fabric_core.plugins.precision.precision"  # a module of its own
 
 
+@pytest.mark.slow
 def test_plugin_path_is_the_plugin_module_and_attribute_access_works() -> None:
     code = """
         import sys
@@ -256,6 +258,7 @@ def test_a_failing_declared_module_names_the_plugin(tmp_path: Path, monkeypatch:
         util.module_from_spec(spec)
 
 
+@pytest.mark.slow
 def test_xla_classes_at_lightnings_package_paths_are_lazy_and_name_the_plugin_when_used_without_it() -> None:
     code = """
         import sys

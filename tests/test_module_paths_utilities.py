@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
@@ -25,6 +26,7 @@ def test_optimizer_state_moves_but_step_stays() -> None:
     assert state["step"] is step and step.device.type == "cpu"
 
 
+@pytest.mark.slow
 def test_python_m_consolidate_checkpoint_as_lightnings(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     dcp_save({"model": {"w": torch.arange(6.0)}}, checkpoint_id=folder, no_dist=True)

@@ -26,8 +26,9 @@ def test_first_party_plugins_are_installed() -> None:
     assert "tensorboard" in FIRST_PARTY
 
 
+@pytest.mark.slow
 def test_contract_violations_are_reported(tmp_path: Path) -> None:
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         import torch  # heavy import at registration time: a violation
         from fabric_core.hookspecs import hookimpl
 
@@ -51,10 +52,13 @@ def test_contract_violations_are_reported(tmp_path: Path) -> None:
 
         def explode():
             raise RuntimeError("no device")
-    ''')
+    """)
     with fake_distribution(
-        "bad-plugin", entry_points={"badplug": "badplug_mod"}, modules={"badplug_mod.py": source},
-        group="fabric_core_contract.plugins", root=tmp_path,
+        "bad-plugin",
+        entry_points={"badplug": "badplug_mod"},
+        modules={"badplug_mod.py": source},
+        group="fabric_core_contract.plugins",
+        root=tmp_path,
     ):
         problems = check_plugin("badplug", group="fabric_core_contract.plugins")
     text = "\n".join(problems)

@@ -109,6 +109,7 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
 
 
+@pytest.mark.parity
 def test_torch_collective_does_what_lightnings_does(seen: list[dict[str, Any]]) -> None:
     for rank in range(WORLD_SIZE):
         ours, theirs = seen[rank]["ours"], seen[rank]["theirs"]
@@ -118,6 +119,7 @@ def test_torch_collective_does_what_lightnings_does(seen: list[dict[str, Any]]) 
         assert "is not a member of `ReduceOp`" in ours["bad_op"] and "sum" in ours["bad_op"]
 
 
+@pytest.mark.parity  # the same job as the comparison above: one run serves both
 def test_torch_collective_results(seen: list[dict[str, Any]]) -> None:
     zero, one = seen[0]["ours"], seen[1]["ours"]
     assert zero["sum"] == one["sum"] == [3.0, 20.0]

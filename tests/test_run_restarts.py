@@ -115,6 +115,7 @@ def assert_same(got: dict[str, object], want: dict[str, object]) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.kill_resume
 def test_a_killed_worker_restarts_every_worker_and_the_run_ends_as_if_uninterrupted(
     tmp_path: Path, jobs: list[subprocess.Popen[str]], uninterrupted: dict[str, object]
 ) -> None:
@@ -132,6 +133,7 @@ def test_a_killed_worker_restarts_every_worker_and_the_run_ends_as_if_uninterrup
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.kill_resume
 def test_the_same_script_survives_a_kill_under_plain_torchrun(
     tmp_path: Path, jobs: list[subprocess.Popen[str]], uninterrupted: dict[str, object]
 ) -> None:
@@ -146,6 +148,7 @@ def test_the_same_script_survives_a_kill_under_plain_torchrun(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.kill_resume
 def test_without_restarts_a_killed_worker_fails_the_job_promptly_naming_it(
     tmp_path: Path, jobs: list[subprocess.Popen[str]]
 ) -> None:
@@ -229,6 +232,7 @@ def test_rdzv_options_choose_the_rendezvous_and_refuse_contradictions() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.kill_resume
 def test_once_the_restarts_are_used_up_the_job_fails_naming_the_cause(tmp_path: Path) -> None:
     """Rank 1 exits 7 in every attempt (a light job: no torch in the workers)."""
     from fabric_core.testing import run_in_own_session

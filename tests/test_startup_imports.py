@@ -77,6 +77,7 @@ def _assert_no_more_than_raw(fabric: dict[str, Any], raw: dict[str, Any]) -> Non
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_single_device_loop_imports_nothing_heavier_than_raw_pytorch(tmp_path: Path) -> None:
     _run("raw", tmp_path)
     _run("fabric", tmp_path)
@@ -88,6 +89,7 @@ def test_a_single_device_loop_imports_nothing_heavier_than_raw_pytorch(tmp_path:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_loading_a_sharded_folder_imports_the_checkpoint_stack_then(tmp_path: Path) -> None:
     # Written by another process, so the loading process meets the folder with nothing of DCP imported.
     write = (

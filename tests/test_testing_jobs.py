@@ -22,6 +22,7 @@ def test_output_and_errors_come_back_together_with_the_return_code() -> None:
     assert "out" in done.stdout and "err" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_timed_out_job_is_killed_with_the_processes_it_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     # The job starts a child that would outlive it, says so, and waits.

@@ -102,7 +102,7 @@ def render(data: dict[str, dict[str, str]]) -> str:
         "",
         f"Generated from lightning-fabric {lightning_fabric.__version__} by",
         "``python tests/compat/lightning_reexports.py --write``; do not edit by hand.",
-        "``{our module: {source module: names}}``, paths relative to ``fabric_core`` (``\"\"`` is the package): the",
+        '``{our module: {source module: names}}``, paths relative to ``fabric_core`` (``""`` is the package): the',
         "space-separated names are taken from the source module;",
         "``name=original`` where Lightning imports under another name. :func:`reexported` gives one module's",
         "``{name: source}``; :func:`fabric_core._deferred.lightning_reexports` serves them on first access.",

@@ -101,6 +101,7 @@ def two_rank_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("part", JOB_PARTS)
+@pytest.mark.parity
 def test_same_behaviour_on_two_ranks(part: str, two_rank_results: dict[str, dict[int, dict[str, Any]]]) -> None:
     theirs, ours = (two_rank_results[package] for package in cases.PACKAGES)
     why = None

@@ -34,6 +34,7 @@ def test_every_name_is_importable_from_the_lightning_path() -> None:
     assert isinstance(ours.log, logging.Logger)
 
 
+@pytest.mark.slow
 def test_the_lightning_path_does_not_import_bitsandbytes() -> None:
     code = (
         "import sys, fabric_core.plugins.precision.bitsandbytes as m; "

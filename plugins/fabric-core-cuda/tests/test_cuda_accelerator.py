@@ -110,6 +110,7 @@ def test_more_than_visible_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_devices_that_cannot_allocate_are_not_usable(monkeypatch: pytest.MonkeyPatch) -> None:
     # NVML "sees" two GPUs, but this build of torch cannot allocate on them: the real probe process says so.
     monkeypatch.setattr(accelerator, "num_cuda_devices", lambda: 2)

@@ -152,6 +152,7 @@ def test_ddp_runs_the_script_again_as_rank_one(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.soak
 def test_finished_ddp_jobs_always_exit_zero(tmp_path: Path) -> None:
     # Without the teardown at exit, about one run in ten dies in gloo's destructors (SIGABRT).
     for attempt in range(5):

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.deepspeed, pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
 WORLD_SIZE = 2
 JOB_TIMEOUT = 220

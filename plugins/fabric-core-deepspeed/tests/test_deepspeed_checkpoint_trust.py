@@ -21,7 +21,7 @@ from torch import nn
 
 from fabric_core.testing.payloads import executions, plant_in_torch_file
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(200)]
+pytestmark = [pytest.mark.deepspeed, pytest.mark.multiprocess, pytest.mark.timeout(200)]
 
 JOB_TIMEOUT = 180
 PLANTED = {"model_states": "mp_rank_00_model_states.pt", "optim_states": "zero_pp_rank_1_mp_rank_00_optim_states.pt"}

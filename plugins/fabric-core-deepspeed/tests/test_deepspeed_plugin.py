@@ -75,6 +75,7 @@ def test_importing_the_registration_module_imports_neither_torch_nor_deepspeed()
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_building_the_strategy_does_not_import_deepspeed() -> None:
     code = (
         "import sys; from fabric_core._kernel.selection import select; from fabric_core.testing import make_manager; "

@@ -15,7 +15,7 @@ import pytest
 
 from fabric_core.run_checkpoints import read_marker
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.kill_resume, pytest.mark.multiprocess, pytest.mark.timeout(180)]
 
 
 @pytest.mark.parametrize(("saved_by", "loaded_by"), [(2, 1), (1, 2)])

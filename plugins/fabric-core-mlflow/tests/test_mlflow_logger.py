@@ -51,6 +51,7 @@ def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, floa
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
+@pytest.mark.slow
 def test_a_fabric_run_is_recorded_and_read_back(store: Path) -> None:
     checkpoint = store / "ckpt" / "last.ckpt"
     fabric = Fabric(
@@ -204,6 +205,7 @@ def test_two_processes_record_exactly_one_run(tmp_path: Path, new_store: Callabl
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_readme_example_runs_and_records_its_run(tmp_path: Path, new_store: Callable[[Path], Path]) -> None:
     readme = (PLUGIN_ROOT / "README.md").read_text()
     code = readme.split("```python\n", 1)[1].split("```", 1)[0]

@@ -16,6 +16,8 @@ from fabric_core import Fabric, RunCheckpoints
 from fabric_core.testing import run_in_own_session
 from fabric_core_mlflow import MLFlowLogger
 
+pytestmark = pytest.mark.kill_resume
+
 
 @pytest.fixture(autouse=True)
 def _no_ambient_store(monkeypatch: pytest.MonkeyPatch) -> None:

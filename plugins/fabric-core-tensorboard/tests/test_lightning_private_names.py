@@ -39,6 +39,7 @@ def test_a_missing_distribution_is_falsy_and_says_how_to_install_it() -> None:
     assert "pip install" in str(theirs) and "pip install" in str(mine)
 
 
+@pytest.mark.slow
 def test_checking_the_flags_imports_neither_writer() -> None:
     code = (
         "import sys, fabric_core.loggers.tensorboard as m; "

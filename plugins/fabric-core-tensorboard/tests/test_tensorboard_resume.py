@@ -7,9 +7,12 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fabric_core.testing import run_in_own_session
+
+pytestmark = pytest.mark.kill_resume
 
 
 def job(directory: Path, options: dict[str, object], *flags: str) -> str:

@@ -116,6 +116,7 @@ def the_run(root: Path) -> OfflineRun:
 # -- tests ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_fabric_run_is_recorded_offline_and_read_back(tmp_path: Path) -> None:
     fabric = Fabric(
         accelerator="cpu",
@@ -221,6 +222,7 @@ def test_two_processes_make_exactly_one_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_readme_example_runs_offline(tmp_path: Path) -> None:
     code = (HERE.parent / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
     with fake_distribution("fabric-core-wandb", entry_points=ENTRY, root=tmp_path / "dist") as folder:
@@ -266,6 +268,7 @@ def test_registration_imports_neither_torch_nor_wandb() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.kill_resume
 def test_a_preempted_job_resumes_the_same_run(tmp_path: Path) -> None:
     """Preempted at step 4 (a checkpoint there), resumed: W&B writes a second offline folder for the same run id."""
     job = [sys.executable, "-m", "fabric_core.testing.resumable_job", str(tmp_path / "run"), "wandb"]

@@ -36,6 +36,7 @@ def test_every_deprecated_path_imports_and_asks_for_the_plugin_when_used() -> No
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_blocked_plugin_is_named_at_every_deprecated_path_and_class() -> None:
     code = textwrap.dedent(
         """
