@@ -309,6 +309,37 @@ def test_slurm_requeue_options() -> None:
     assert (env.auto_requeue, env.requeue_signal) == (False, signal.SIGTERM)
 
 
+@pytest.mark.parametrize(("value", "expected"), [("USR2", "SIGUSR2"), ("sigurg", "SIGURG"), ("12", "SIGUSR2")])
+def test_the_requeue_signal_can_be_any_signal_slurm_sends(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: str
+) -> None:
+    # SLURM's `--signal=SIG@N` sends any signal: FABRIC_CORE_REQUEUE_SIGNAL names it, an argument still wins.
+    monkeypatch.setenv("FABRIC_CORE_REQUEUE_SIGNAL", value)
+    assert SLURMEnvironment().requeue_signal == getattr(signal, expected)
+    assert SLURMEnvironment(requeue_signal=signal.SIGTERM).requeue_signal == signal.SIGTERM
+
+
+@pytest.mark.parametrize("value", ["USR9", "SIGNOPE", "999"])
+def test_a_requeue_signal_that_names_no_signal_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("FABRIC_CORE_REQUEUE_SIGNAL", value)
+    with pytest.raises(InvalidConfigError, match=rf"FABRIC_CORE_REQUEUE_SIGNAL='{value}' names no signal.*USR1, USR2"):
+        SLURMEnvironment()
+
+
+def test_without_scontrol_the_requeue_says_why_and_the_job_exits_for_a_wrapper_to_requeue(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fabric_core._run import preemption
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a container without SLURM's client tools
+    assert preemption.requeue(4242) is False
+    err = capsys.readouterr().err
+    assert "cannot requeue job 4242: `scontrol` is not on the PATH" in err and "wrapper script" in err
+    assert preemption.exit_code(signal.SIGUSR1, requeued=False) == 128 + signal.SIGUSR1
+
+
 def test_slurm_validation_accepts_a_matching_job(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=2, SLURM_NNODES=2, SLURM_JOB_NAME="train")
     SLURMEnvironment().validate_settings(num_devices=2, num_nodes=2)

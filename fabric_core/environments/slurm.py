@@ -15,13 +15,16 @@ from fabric_core.environments._scheduled import RankVariables, ScheduledEnvironm
 from fabric_core.errors import EnvironmentSetupError, InvalidConfigError, PossibleUserWarning
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
-__all__ = ["SLURMEnvironment", "expand_hostlist"]
+__all__ = ["REQUEUE_SIGNAL_ENV", "SLURMEnvironment", "expand_hostlist", "requeue_signal_from_environment"]
 
 # Under `salloc` or `srun --pty bash` the user starts processes by hand, so SLURM's task variables
 # describe the allocation, not this process.
 _INTERACTIVE_JOB_NAMES: Final = ("bash", "interactive")
 _GROUP: Final = re.compile(r"(\[[^\[\]]*\])")
 _PORT_BASE: Final = 15000
+#: The requeue signal when ``SLURMEnvironment(requeue_signal=...)`` is not given: a name (``USR2``,
+#: ``SIGUSR2``) or a number, as in SLURM's ``--signal=SIG@N``, which lets a cluster send any signal.
+REQUEUE_SIGNAL_ENV: Final = "FABRIC_CORE_REQUEUE_SIGNAL"
 _DEFAULT_PORT: Final = 12910
 
 
@@ -34,11 +37,15 @@ class SLURMEnvironment(ScheduledEnvironment):
 
     Args:
         auto_requeue: Whether a trainer built on this should requeue the job when it is signalled.
-        requeue_signal: The signal that asks for a requeue (``SIGUSR1`` by default, where it exists).
+        requeue_signal: The signal that asks for a requeue. When not given, ``FABRIC_CORE_REQUEUE_SIGNAL``
+            (``USR2``, ``SIGUSR2`` or a number, as in ``#SBATCH --signal=USR2@120``), else ``SIGUSR1`` where it
+            exists.
     """
 
     def __init__(self, auto_requeue: bool = True, requeue_signal: signal.Signals | None = None) -> None:
         self.auto_requeue = auto_requeue
+        if requeue_signal is None:
+            requeue_signal = requeue_signal_from_environment()
         if requeue_signal is None:
             requeue_signal = getattr(signal, "SIGUSR1", None)  # Windows has no SIGUSR1
         self.requeue_signal = requeue_signal
@@ -272,3 +279,25 @@ def _is_srun_used() -> bool:
 def _is_slurm_interactive_mode() -> bool:
     """Whether the SLURM job is interactive (``salloc``, ``srun --pty bash``), judged by its job name."""
     return SLURMEnvironment.job_name() in _INTERACTIVE_JOB_NAMES
+
+
+def requeue_signal_from_environment() -> signal.Signals | None:
+    """The signal ``FABRIC_CORE_REQUEUE_SIGNAL`` names (``USR2``, ``SIGUSR2``, ``12``), or ``None`` when unset.
+
+    Raises:
+        InvalidConfigError: the value names no signal of this platform (the message lists the usual ones).
+    """
+    raw = os.environ.get(REQUEUE_SIGNAL_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        if raw.isdigit():
+            return signal.Signals(int(raw))
+        name = raw.upper()
+        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+    except (KeyError, ValueError):
+        usual = ", ".join(n for n in ("USR1", "USR2", "TERM", "INT", "HUP", "URG") if hasattr(signal, f"SIG{n}"))
+        raise InvalidConfigError(
+            f"{REQUEUE_SIGNAL_ENV}={raw!r} names no signal here. Give a signal's name or number as SLURM's "
+            f"`--signal=SIG@N` takes it, for example {usual}."
+        ) from None
