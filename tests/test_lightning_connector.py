@@ -8,13 +8,10 @@ pretends hardware, it patches the names Lightning's tests patch (``accelerators.
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
-from unittest.mock import Mock
 
 import pytest
 import torch
@@ -22,21 +19,7 @@ import torch
 pytest.importorskip("lightning_fabric")
 pytest.importorskip("fabric_core_ddp")
 
-PACKAGES = ("lightning_fabric", "fabric_core")
-#: Lightning's paths whose ``_XLA_AVAILABLE`` its tests set to pretend torch_xla (``mock_xla_available``).
-XLA_FLAGS = (
-    "accelerators.xla",
-    "plugins.environments.xla",
-    "plugins.precision.xla",
-    "plugins.io.xla",
-    "strategies.single_xla",
-    "strategies.xla_fsdp",
-    "strategies.launchers.xla",
-)
-
-
-def module(package: str, path: str) -> Any:
-    return importlib.import_module(f"{package}.{path}")
+from tests.lightning_side_by_side import PACKAGES, module, pretend_xla
 
 
 def connect(package: str, **kwargs: Any) -> Any:
@@ -87,15 +70,9 @@ def tpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], None]]:
     """Lightning's ``mock_tpu_available``, for both packages: the flags, stand-ins for torch_xla, ``n`` devices."""
 
     def pretend(n: int) -> None:
+        pretend_xla(monkeypatch, n)
         for package in PACKAGES:
-            for path in XLA_FLAGS:
-                monkeypatch.setattr(module(package, path), "_XLA_AVAILABLE", True)
-            accelerator = module(package, "accelerators.xla").XLAAccelerator
-            monkeypatch.setattr(accelerator, "is_available", lambda: n > 0)
-            monkeypatch.setattr(accelerator, "auto_device_count", lambda *_: n)
             monkeypatch.setattr(module(package, "accelerators.mps").MPSAccelerator, "is_available", lambda: False)
-        for name in ("torch_xla", "torch_xla.core.xla_model", "torch_xla.experimental"):
-            monkeypatch.setitem(sys.modules, name, Mock())
 
     yield pretend
 

@@ -8,58 +8,23 @@ on both packages, and each case compares what both do.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
-from unittest.mock import Mock
 
 import pytest
 import torch
 
 pytest.importorskip("lightning_fabric")
 
-PACKAGES = ("lightning_fabric", "fabric_core")
-FLAGS = (
-    "accelerators.xla",
-    "plugins.environments.xla",
-    "plugins.precision.xla",
-    "plugins.io.xla",
-    "strategies.single_xla",
-    "strategies.xla_fsdp",
-    "strategies.launchers.xla",
-)
-
-
-def module(package: str, path: str) -> Any:
-    return importlib.import_module(f"{package}.{path}")
+from tests.lightning_side_by_side import PACKAGES, XLA_FLAGS, module, pretend_xla
 
 
 @pytest.fixture
 def xla(monkeypatch: pytest.MonkeyPatch) -> Callable[[int | None], None]:
     """Pretend torch_xla on both packages; with a count, that many devices too (``mock_tpu_available``)."""
-
-    def pretend(devices: int | None = None) -> None:
-        for package in PACKAGES:
-            for path in FLAGS:
-                monkeypatch.setattr(module(package, path), "_XLA_AVAILABLE", True)
-            if devices is not None:
-                accelerator = module(package, "accelerators.xla").XLAAccelerator
-                monkeypatch.setattr(accelerator, "is_available", lambda: devices > 0)
-                monkeypatch.setattr(accelerator, "auto_device_count", lambda *_: devices)
-        for name in (
-            "torch_xla",
-            "torch_xla.core.xla_model",
-            "torch_xla.experimental",
-            "torch_xla.distributed.fsdp.wrap",
-        ):
-            monkeypatch.setitem(sys.modules, name, Mock())
-        for name in ("XLA_USE_F16", "XLA_USE_BF16"):
-            monkeypatch.delenv(name, raising=False)
-
-    return pretend
+    return lambda devices=None: pretend_xla(monkeypatch, devices)
 
 
 def errors(call: Callable[[str], Any]) -> list[BaseException]:
@@ -162,7 +127,7 @@ def test_the_fsdp_wrappers_arguments(xla: Callable[[int | None], None]) -> None:
             strategies.XLAFSDPStrategy(activation_checkpointing_policy="foo")._parse_fsdp_kwargs()
 
 
-@pytest.mark.parametrize("path", FLAGS)
+@pytest.mark.parametrize("path", XLA_FLAGS)
 def test_each_flag_is_the_requirement_itself_not_a_copy_of_a_patched_one(path: str) -> None:
     from fabric_core_xla.accelerator import XLA_AVAILABLE
 
