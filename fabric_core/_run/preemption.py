@@ -8,7 +8,6 @@ agrees on it. On SLURM, the environment's ``requeue_signal`` (``SIGUSR1``; ask S
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -94,7 +93,9 @@ def requeue(job_id: int | None) -> bool:
         print("fabric-core: cannot requeue: SLURM_JOB_ID is not set.", file=sys.stderr, flush=True)
         return False
     command = ["scontrol", "requeue", str(job_id)]
-    if shutil.which("scontrol") is None:  # a container without SLURM's client tools
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_REQUEUE_TIMEOUT_S, check=False)
+    except FileNotFoundError:  # a container without SLURM's client tools
         print(
             f"fabric-core: cannot requeue job {job_id}: `scontrol` is not on the PATH (a container without SLURM's "
             "client tools?). The checkpoint is saved; the job exits with 128 + the signal's number, so that a "
@@ -103,8 +104,6 @@ def requeue(job_id: int | None) -> bool:
             flush=True,
         )
         return False
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=_REQUEUE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         print(f"fabric-core: `{' '.join(command)}` failed: {err}", file=sys.stderr, flush=True)
         return False
