@@ -446,12 +446,13 @@ def test_each_layer_imports_only_its_own_and_lower_layers() -> None:
 
 
 def test_the_private_packages_import_each_other_only_one_way() -> None:
+    bad = package_violations()
     report = "\n".join(
         f"{item}: {private_package(item.importer)} may import only "
-        f"{sorted(PACKAGE_IMPORTS[private_package(item.importer) or ''])}"
-        for item in package_violations()
+        f"{sorted(PACKAGE_IMPORTS[str(private_package(item.importer))])}"
+        for item in bad
     )
-    assert not package_violations(), f"Imports between the private packages the wrong way:\n{report}"
+    assert not bad, f"Imports between the private packages the wrong way:\n{report}"
 
 
 def test_a_planted_wrong_way_import_is_caught() -> None:
