@@ -5,7 +5,7 @@ When the plugin behind a Lightning path (``accelerators.cuda`` from ``fabric-cor
 path still imports and holds Lightning's names, so that ``lightning.pytorch`` and user code that only mention
 them keep working (:mod:`fabric_core._kernel.absent`). This script reads those modules of the installed
 ``lightning_fabric`` (their sources, so that only what a module defines itself counts; what it imports from its
-other modules is in ``_lightning_names``) and prints the table; ``--write`` rewrites
+other modules is in ``fabric_core._kernel.lightning_names``) and prints the table; ``--write`` rewrites
 ``fabric_core/_kernel/absent_names.py``. ``tests/compat/test_api_surface.py`` fails when the table and Lightning
 disagree.
 
@@ -29,7 +29,7 @@ import typing
 from pathlib import Path
 
 LIGHTNING = "lightning_fabric"
-TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_absent_names.py"
+TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_kernel" / "absent_names.py"
 
 
 def _paths() -> dict[str, str]:

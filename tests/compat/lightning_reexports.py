@@ -20,7 +20,7 @@ from pathlib import Path
 
 LIGHTNING = "lightning_fabric"
 OURS = "fabric_core"
-TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_lightning_names.py"
+TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_kernel" / "lightning_names.py"
 # Lightning modules whose names we do not serve: its packaging and its setup script.
 SKIPPED = {f"{LIGHTNING}.__about__", f"{LIGHTNING}.__setup__", f"{LIGHTNING}.__version__"}
 

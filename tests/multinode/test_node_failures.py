@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from fabric_core._run import worker as _worker
 from tests.multinode.conftest import descendants
 from tests.multinode.test_two_nodes import EXAMPLE, JOB_DEADLINE, digest
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from tests.multinode.conftest import Cluster, Job
 
 pytestmark = [pytest.mark.multinode, pytest.mark.multiprocess]
+
+#: The module every worker process starts in (named from the module itself, so that a move cannot outdate it).
+WORKER_MODULE = _worker.__name__
 
 #: The rendezvous port on node 0 (inside the test's own network namespace, so no other job can hold it).
 PORT = 29620
@@ -77,12 +81,11 @@ def workers(job: Job) -> list[int]:
     found = []
     for pid in descendants(job.process.pid):
         try:
-            if EXAMPLE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and "_run_worker" in Path(
-                f"/proc/{pid}/cmdline"
-            ).read_text(errors="replace"):
-                found.append(pid)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
+        if EXAMPLE.encode() in command and WORKER_MODULE.encode() in command:
+            found.append(pid)
     return found
 
 
