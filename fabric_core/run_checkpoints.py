@@ -14,11 +14,15 @@ Layout of the directory: one folder per checkpoint, ``step-00000100/``, holding 
 ``fabric.save`` writes: one file, or a folder under sharded strategies) and ``COMMITTED``, a JSON marker
 written last, after the state is on disk, with the step, the world size and a sha256 digest of every file.
 The folder is filled under a hidden temp name and renamed into place in one step; a folder without its
-marker is never chosen and never pruned. The saved state holds, next to the user's entries, every rank's
-RNG states (torch, Python, numpy, CUDA) under :data:`RNG_KEY`, and what names each logger's run (an MLflow or
-W&B run id, a CSV or TensorBoard version) under :data:`LOGGERS_KEY`, so that a resumed job logs into the same
-runs (see ``Logger.run_identity``). Anything else with ``state_dict()`` and
-``load_state_dict()`` (a stateful data loader, say) is saved and restored by putting it in ``state``.
+marker is never chosen and never pruned. In object storage (``s3://bucket/run``), which cannot rename
+folders, the state is uploaded under the step's own name and the marker after it, in one upload: a folder
+without it is never chosen, and the next save deletes it (see :mod:`fabric_core.io.committed`).
+
+The saved state holds, next to the user's entries, every rank's RNG states (torch, Python, numpy, CUDA)
+under :data:`RNG_KEY`, and what names each logger's run (an MLflow or W&B run id, a CSV or TensorBoard
+version) under :data:`LOGGERS_KEY`, so that a resumed job logs into the same runs (see
+``Logger.run_identity``). Anything else with ``state_dict()`` and ``load_state_dict()`` (a stateful data
+loader, say) is saved and restored by putting it in ``state``.
 
 With ``Fabric(plugins=[AsyncCheckpointIO()])`` the state is written in the background, and the commit (the
 marker, the rename into place, pruning) runs in the background too, after the write has finished; until
@@ -29,8 +33,6 @@ next save, :meth:`RunCheckpoints.resume`, the exit on preemption and the interpr
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -41,17 +43,27 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 from fabric_core._run import preemption as _preemption
 from fabric_core._run import rng_states as _rng_states
 from fabric_core.errors import ArgumentTypeError, CheckpointError, InvalidConfigError
+from fabric_core.io._remote import remove_remote_folder
 from fabric_core.io.async_io import AsyncCheckpointIO
-from fabric_core.io.atomic import atomic_write, remove_stale_temps, replace_path, temp_path_for
+from fabric_core.io.atomic import remove_stale_temps, replace_path, temp_path_for
+from fabric_core.io.committed import (
+    MARKER,
+    check_digests,
+    digests,
+    read_marker,
+    remove_folder,
+    set_aside,
+    step_folders,
+    write_marker,
+)
+from fabric_core.io.locations import Location, join, location
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fabric_core.fabric import Fabric
 
-__all__ = ["LOGGERS_KEY", "MARKER", "RNG_KEY", "STATE", "RunCheckpoints"]
+__all__ = ["LOGGERS_KEY", "MARKER", "RNG_KEY", "STATE", "RunCheckpoints", "check_digests", "read_marker"]
 
-#: The commit marker inside each checkpoint folder, written last.
-MARKER: Final = "COMMITTED"
 #: What ``fabric.save`` writes inside each checkpoint folder (a file, or a folder under sharded strategies).
 STATE: Final = "state"
 #: The entry of the saved state that holds every rank's RNG states (reserved: ``state`` must not use it).
@@ -69,7 +81,9 @@ class RunCheckpoints:
 
     Args:
         fabric: The run's Fabric (launched).
-        directory: The run directory (created on the first save). On several nodes, a filesystem they share.
+        directory: The run directory (created on the first save). On several nodes, a filesystem they share,
+            or a URL of object storage (``s3://bucket/run``, any fsspec protocol whose filesystem is installed),
+            which keeps its form: :attr:`directory`, :meth:`latest` and :meth:`save` give it back as a ``str``.
         every: :meth:`step_end` saves when ``step % every == 0``; ``None``: only on preemption.
         keep_last: How many complete checkpoints to keep; older ones are deleted after each save (never the
             one just written, never an incomplete one). ``None`` keeps all.
@@ -101,7 +115,7 @@ class RunCheckpoints:
         self.every = _positive_or_none("every", every)
         self.keep_last = _positive_or_none("keep_last", keep_last)
         self.verify = bool(verify)
-        self.directory = Path(directory)
+        self.directory: Location = location(directory)
         self._fabric = fabric
         # A single-device strategy holds no cluster environment; Fabric keeps the one it chose (SLURM's, say).
         self._environment = getattr(fabric.strategy, "cluster_environment", None) or fabric._cluster_environment
@@ -110,7 +124,7 @@ class RunCheckpoints:
         self._saved_step: int | None = None
 
     # -- reading -------------------------------------------------------------------------------------------
-    def latest(self) -> Path | None:
+    def latest(self) -> Location | None:
         """The newest complete checkpoint folder in the directory (by step), or ``None``; this process's view."""
         complete = self._complete()
         return complete[-1][1] if complete else None
@@ -145,9 +159,9 @@ class RunCheckpoints:
             raise CheckpointError(choice, path=os.fspath(self.directory), reason="corrupt")
         if choice is None:
             return None
-        path, step = Path(choice[0]), choice[1]
+        path, step = location(choice[0]), choice[1]
         merged: dict[str, Any] = {**state, RNG_KEY: None}
-        remainder = self._fabric.load(path / STATE, merged, strict=strict)
+        remainder = self._fabric.load(join(path, STATE), merged, strict=strict)
         for key in state:
             state[key] = merged[key]
         self._restore_rng(merged[RNG_KEY], path)
@@ -163,8 +177,8 @@ class RunCheckpoints:
                 check_digests(path, marker)
             except CheckpointError as err:
                 failures.append(str(err))
-                aside = _aside(path)
-                rank_zero_warn(f"{err} Skipping it (renamed to {aside.name}) and trying the previous checkpoint.")
+                aside = set_aside(path)
+                rank_zero_warn(f"{err} Skipping it (renamed to {aside}) and trying the previous checkpoint.")
                 continue
             return os.fspath(path), step
         if failures:
@@ -175,23 +189,20 @@ class RunCheckpoints:
             )
         return None
 
-    def _complete(self) -> list[tuple[int, Path, dict[str, Any]]]:
+    def _complete(self) -> list[tuple[int, Location, dict[str, Any]]]:
         """The committed checkpoints, oldest first, with their markers."""
-        try:
-            entries = list(os.scandir(self.directory))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
         found = []
-        for entry in entries:
-            match = _NAME.fullmatch(entry.name)
-            if match is None or not entry.is_dir():
+        for name, marked in step_folders(self.directory, _NAME).items():
+            if not marked:
                 continue
-            marker = read_marker(Path(entry.path))
-            if marker is not None and marker.get("step") == int(match.group(1)):
-                found.append((int(match.group(1)), Path(entry.path), marker))
+            step = int(name.removeprefix("step-"))
+            folder = join(self.directory, name)
+            marker = read_marker(folder)
+            if marker is not None and marker.get("step") == step:
+                found.append((step, folder, marker))
         return sorted(found, key=lambda item: item[0])
 
-    def _restore_rng(self, rows: Any, path: Path) -> None:
+    def _restore_rng(self, rows: Any, path: Location) -> None:
         fabric = self._fabric
         if not isinstance(rows, Mapping) or "torch" not in rows:
             rank_zero_warn(f"{os.fspath(path)!r} holds no RNG states; the generators were not restored.")
@@ -236,7 +247,7 @@ class RunCheckpoints:
         return found if fabric.world_size == 1 else fabric.strategy.broadcast(found, src=0)
 
     # -- writing -------------------------------------------------------------------------------------------
-    def save(self, step: int, state: dict[str, Any]) -> Path:
+    def save(self, step: int, state: dict[str, Any]) -> Location:
         """Save ``state`` as the checkpoint of ``step`` (replacing one of the same step); then act on preemption.
 
         Returns:
@@ -253,7 +264,7 @@ class RunCheckpoints:
         self._exit_if_preempted(step, state)
         return path
 
-    def step_end(self, step: int, state: dict[str, Any]) -> Path | None:
+    def step_end(self, step: int, state: dict[str, Any]) -> Location | None:
         """Call at the end of every step: saves when ``step % every == 0``, and saves and exits if preempted.
 
         The preemption check is one all-reduce of a flag (none on one process); it is the point where every
@@ -279,7 +290,7 @@ class RunCheckpoints:
         """Put back the signal handlers that were there before this object installed its own."""
         self._flag.restore()
 
-    def _save(self, step: int, state: dict[str, Any]) -> Path:
+    def _save(self, step: int, state: dict[str, Any]) -> Location:
         for reserved, what in ((RNG_KEY, "the RNG states"), (LOGGERS_KEY, "the loggers' runs")):
             if reserved in state:
                 raise InvalidConfigError(
@@ -302,50 +313,62 @@ class RunCheckpoints:
             key: (value if value.dim() > mine[key].dim() else value.unsqueeze(0)).cpu().clone()
             for key, value in gathered.items()
         }
-        target = self.directory / f"step-{step:08d}"
-        temp = ""
+        target = join(self.directory, f"step-{step:08d}")
+        temp: Location | str = ""
         if fabric.is_global_zero:
-            self.directory.mkdir(parents=True, exist_ok=True)
             self._sweep()
-            temp = os.fspath(temp_path_for(target))
-            os.mkdir(temp)
-        temp = fabric.strategy.broadcast(temp, src=0)
-        fabric.save(Path(temp) / STATE, {**state, RNG_KEY: rows, LOGGERS_KEY: self._logger_identities()})
+            if isinstance(target, Path):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                temp = os.fspath(temp_path_for(target))
+                os.mkdir(temp)
+            else:
+                # Object storage cannot rename a folder: the state goes straight under the step's own name,
+                # without a marker until the commit. A checkpoint of this step saved before is deleted first,
+                # marker first, so that no moment shows old and new files under one marker.
+                remove_folder(target)
+                temp = target
+        temp = location(fabric.strategy.broadcast(temp, src=0))
+        fabric.save(join(temp, STATE), {**state, RNG_KEY: rows, LOGGERS_KEY: self._logger_identities()})
         if background is not None:
             # The state is still being written: the marker goes in (and the folder into place) only after
             # the write has finished, in the background; its failure surfaces at the next call.
             if fabric.is_global_zero:
-                background.then(functools.partial(self._commit_or_raise, Path(temp), target, step))
+                background.then(functools.partial(self._commit_or_raise, temp, target, step))
             self._saved_step = step
             return target
         error = None
         if fabric.is_global_zero:
-            error = self._commit(Path(temp), target, step)
+            error = self._commit(temp, target, step)
         error = fabric.strategy.broadcast(error, src=0)
         if error is not None:
             raise CheckpointError(error, path=os.fspath(target))
         self._saved_step = step
         return target
 
-    def _commit(self, temp: Path, target: Path, step: int) -> str | None:
-        """Write the marker (last), put the folder in place, prune; an error's text, or ``None``."""
+    def _commit(self, temp: Location, target: Location, step: int) -> str | None:
+        """Write the marker (last), put the folder in place, prune; an error's text, or ``None``.
+
+        In object storage ``temp`` is ``target``: the marker, one upload after every file of the state, is
+        the commit.
+        """
         try:
             marker = {
                 "format": _FORMAT,
                 "step": step,
                 "world_size": self._fabric.world_size,
-                "files": {name: digest for name, digest in _digests(temp)},
+                "files": dict(digests(temp)),
             }
-            with atomic_write(temp / MARKER) as file:
-                file.write(json.dumps(marker, indent=1, sort_keys=True).encode())
-            replace_path(temp, target)
+            write_marker(temp, marker)
+            if isinstance(temp, Path):
+                replace_path(temp, target)
         except OSError as err:
-            shutil.rmtree(temp, ignore_errors=True)
+            if isinstance(temp, Path):
+                shutil.rmtree(temp, ignore_errors=True)
             return f"Could not commit the checkpoint of step {step} at {os.fspath(target)!r}: {err}"
         self._prune(target)
         return None
 
-    def _commit_or_raise(self, temp: Path, target: Path, step: int) -> None:
+    def _commit_or_raise(self, temp: Location, target: Location, step: int) -> None:
         error = self._commit(temp, target, step)
         if error is not None:
             raise CheckpointError(error, path=os.fspath(target))
@@ -364,25 +387,31 @@ class RunCheckpoints:
         if background is not None:
             background.wait()
 
-    def _prune(self, just_written: Path) -> None:
+    def _prune(self, just_written: Location) -> None:
         if self.keep_last is None:
             return
         complete = self._complete()
         keep = {path for _, path, _ in complete[-self.keep_last :]} | {just_written}
         for _, path, _ in complete:
-            if path in keep:
-                continue
-            # Renamed away first: a kill during the deletion leaves a hidden temp (swept later), never a
-            # folder that has its marker but not all its files.
-            doomed = temp_path_for(path)
-            try:
-                os.rename(path, doomed)
-            except OSError:
-                continue
-            shutil.rmtree(doomed, ignore_errors=True)
+            if path not in keep:
+                # Renamed away first (object storage: its marker deleted first): a kill during the deletion
+                # leaves a hidden temp or a folder without marker (swept later), never a folder that has its
+                # marker but not all its files.
+                remove_folder(path)
 
     def _sweep(self) -> None:
-        """Remove what killed saves (and prunes) in this directory left; a live writer's temps stay."""
+        """Remove what killed saves (and prunes) in this directory left; a live writer's temps stay.
+
+        In object storage, where a killed save leaves a step folder without marker (and this run's rank 0 is
+        the only writer, its previous save committed), those folders are deleted.
+        """
+        if isinstance(self.directory, str):
+            for name, marked in step_folders(self.directory, _NAME).items():
+                if not marked:
+                    remove_remote_folder(os.fspath(join(self.directory, name)))
+            return
+        if not self.directory.is_dir():
+            return
         targets = set()
         for entry in os.scandir(self.directory):
             match = _TEMP.fullmatch(entry.name)
@@ -412,9 +441,10 @@ class RunCheckpoints:
 
     def _exit(self, step: int, state: dict[str, Any], received: list[int]) -> NoReturn:
         fabric = self._fabric
+        self._flag.ignore_while_exiting()  # a SIGTERM from here on must not replace the exit code
         requeue_on = _preemption.requeue_signal(self._environment)
         signum = requeue_on if requeue_on in received else next(n for n in received if n)
-        path = self.directory / f"step-{step:08d}" if self._saved_step == step else self._save(step, state)
+        path = join(self.directory, f"step-{step:08d}") if self._saved_step == step else self._save(step, state)
         self.wait()  # committed before the job says so and exits
         requeued = False
         if signum == requeue_on:
@@ -433,69 +463,6 @@ class RunCheckpoints:
 def _background_io(fabric: Fabric) -> AsyncCheckpointIO | None:
     io = fabric.strategy.checkpoint_io
     return io if isinstance(io, AsyncCheckpointIO) else None
-
-
-def read_marker(folder: Path) -> dict[str, Any] | None:
-    """The commit marker of a checkpoint folder, or ``None`` if it has none (or an unreadable one)."""
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and isinstance(marker.get("files"), dict) else None
-
-
-def _digests(folder: Path) -> list[tuple[str, str]]:
-    """``(relative name, sha256)`` of every file under ``folder`` except the marker."""
-    found = []
-    for root, _, files in os.walk(folder):
-        for name in files:
-            full = Path(root) / name
-            relative = full.relative_to(folder).as_posix()
-            if relative != MARKER:
-                found.append((relative, _sha256(full)))
-    return sorted(found)
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-def check_digests(folder: Path, marker: Mapping[str, Any] | None = None) -> None:
-    """Check every file of a checkpoint folder against the digests in its marker.
-
-    Raises:
-        CheckpointError: A file is missing or its content differs from what was saved (``reason="corrupt"``),
-            naming the file.
-    """
-    marker = read_marker(folder) if marker is None else marker
-    if marker is None:
-        raise CheckpointError(f"{os.fspath(folder)!r} has no commit marker.", path=os.fspath(folder), reason="corrupt")
-    for name, expected in sorted(marker["files"].items()):
-        path = folder / name
-        try:
-            actual = _sha256(path)
-        except OSError as err:
-            raise CheckpointError(
-                f"Checkpoint file {os.fspath(path)!r} cannot be read ({err}).", path=os.fspath(path), reason="corrupt"
-            ) from err
-        if actual != expected:
-            raise CheckpointError(
-                f"Checkpoint file {os.fspath(path)!r} is damaged: its sha256 is {actual}, but {expected} was saved.",
-                path=os.fspath(path),
-                reason="corrupt",
-            )
-
-
-def _aside(path: Path) -> Path:
-    aside = path.with_name(path.name + ".corrupt")
-    if os.path.lexists(aside):
-        aside = temp_path_for(path, ".corrupt")
-    try:
-        os.rename(path, aside)
-    except OSError:
-        return path
-    return aside
 
 
 def _positive_or_none(name: str, value: Any) -> int | None:

@@ -24,6 +24,7 @@ from fabric_core.errors import (
     PathIsADirectoryError,
     PossibleUserWarning,
 )
+from fabric_core.io.locations import is_url
 from fabric_core.launchers.launcher import Launcher
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
@@ -178,6 +179,8 @@ def check_save(strategy: Strategy, path: object, state: object, filter: object) 
     if filter is not None:
         check_save_filter(filter, state)
     target = check_save_path(path)
+    if not isinstance(target, Path):
+        return  # a URL: what is there is the store's to say, and asking costs a request
     # The base strategy writes `path` as one file through the CheckpointIO; others (and a `save_checkpoint` set
     # on the instance) may write folders there.
     writes_one_file = getattr(strategy.save_checkpoint, "__func__", None) is Strategy.save_checkpoint
@@ -191,8 +194,11 @@ def check_save(strategy: Strategy, path: object, state: object, filter: object) 
         )
 
 
-def check_save_path(path: object) -> Path:
+def check_save_path(path: object) -> Path | str:
     """Return ``path`` as a ``Path`` after refusing what no save can write: empty, or under a file.
+
+    A URL (``s3://bucket/last.ckpt``) is returned as it is, a ``str``: ``Path`` would turn it into the local
+    folder ``s3:``.
 
     Raises:
         ArgumentTypeError: ``path`` is not a str or ``os.PathLike``.
@@ -213,6 +219,8 @@ def check_save_path(path: object) -> Path:
             argument="path",
             value=path,
         )
+    if is_url(text):
+        return text
     target = Path(text)
     for parent in target.parents:
         if parent.is_dir():

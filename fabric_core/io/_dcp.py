@@ -19,7 +19,7 @@ import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
@@ -29,7 +29,8 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 
 from fabric_core.errors import CheckpointError, UnsafeCheckpointError
-from fabric_core.io.folder import OpenFolder
+from fabric_core.io.folder import Folder, OpenFolder, RemoteFolder
+from fabric_core.io.locations import Location, is_url, location
 from fabric_core.io.safe_pickle import RefusedGlobal, load_restricted, refused_error
 
 __all__ = ["SafeFileSystemReader", "dcp_errors", "metadata_globals", "safe_load_planner"]
@@ -79,6 +80,9 @@ def _corrupt(path: str | os.PathLike[str], detail: str) -> CheckpointError:
 class SafeFileSystemReader(FileSystemReader):
     """A ``FileSystemReader`` that reads ``.metadata`` with an allow-list and checks shard files before reading.
 
+    A URL (``s3://bucket/ckpt``), or a :class:`~fabric_core.io.folder.RemoteFolder`, is read through fsspec
+    (torch's own fsspec filesystem for DCP), with the same checks.
+
     Args:
         path: The checkpoint folder: an :class:`~fabric_core.io.folder.OpenFolder` to read one folder while
             another process may replace it (see :func:`~fabric_core.io.folder.read_one_folder`).
@@ -86,17 +90,29 @@ class SafeFileSystemReader(FileSystemReader):
             torch's plain unpickling (a folder you trust).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | OpenFolder, *, weights_only: bool | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | Folder, *, weights_only: bool | None = None) -> None:
         # An opened folder is read through its descriptor (one folder, whatever is renamed onto its path),
         # and named by its path in messages.
-        self.folder = path if isinstance(path, OpenFolder) else None
-        super().__init__(path.root if isinstance(path, OpenFolder) else path)
+        self.folder = path if isinstance(path, OpenFolder | RemoteFolder) else None
+        root = path.root if isinstance(path, OpenFolder | RemoteFolder) else path
+        super().__init__(root if not is_url(root) else ".")
+        if is_url(root):
+            # Never `Path(url)`, which is the local folder "s3:": torch's fsspec filesystem keeps the URL.
+            from torch.distributed.checkpoint._fsspec_filesystem import FileSystem as FsspecFileSystem
+
+            self.fs = FsspecFileSystem()  # type: ignore[assignment]  # torch's two FileSystem classes share a base
+            self.path = self.fs.init_path(os.fspath(root))
         self.weights_only = weights_only
         self._metadata: Metadata | None = None
 
-    def shown(self, path: str | os.PathLike[str]) -> Path:
+    @property
+    def remote(self) -> bool:
+        """Whether the folder is read through fsspec (a URL)."""
+        return is_url(self.path)
+
+    def shown(self, path: str | os.PathLike[str]) -> Location:
         """``path`` (under :attr:`path`) as the user knows it, for messages."""
-        return self.folder.shown(path) if self.folder is not None else Path(path)
+        return self.folder.shown(path) if self.folder is not None else location(path)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         super().reset(checkpoint_id)
@@ -115,12 +131,13 @@ class SafeFileSystemReader(FileSystemReader):
         rank = kwargs.get("rank")
         if rank is None and self._metadata is not None:
             return self._metadata
-        metadata = self._read_metadata(Path(self._get_metadata_path(rank)), *args, **kwargs)
+        found = self._get_metadata_path(rank)
+        metadata = self._read_metadata(found if self.remote else Path(found), *args, **kwargs)
         if rank is None:
             self._metadata = metadata
         return metadata
 
-    def _read_metadata(self, path: Path, *args: Any, **kwargs: Any) -> Metadata:
+    def _read_metadata(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Metadata:
         shown = self.shown(path)
         if self.weights_only is False:
             try:
@@ -128,8 +145,8 @@ class SafeFileSystemReader(FileSystemReader):
             except (OSError, EOFError, pickle.UnpicklingError) as err:
                 raise _corrupt(shown, f"{type(err).__name__}: {err}") from None
         try:
-            with open(path, "rb") as file:
-                metadata = load_restricted(file, metadata_globals())
+            with self.fs.create_stream(path, "rb") as file:
+                metadata = load_restricted(cast(IO[bytes], file), metadata_globals())
         except RefusedGlobal as refused:
             raise refused_error(shown, refused) from None
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as err:
@@ -140,6 +157,13 @@ class SafeFileSystemReader(FileSystemReader):
         storage_meta.load_id = self.load_id  # what torch's reader does
         metadata.storage_meta = storage_meta
         return metadata
+
+    def _size(self, file: str | os.PathLike[str]) -> int:
+        if self.remote:
+            fs: Any = getattr(self.fs, "fs", None)
+            fs.invalidate_cache()
+            return int(fs.size(os.fspath(file)))
+        return Path(file).stat().st_size
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Any:
         """Check that every shard file of ``plan`` exists and is long enough, then read them.
@@ -153,9 +177,9 @@ class SafeFileSystemReader(FileSystemReader):
             end = info.offset + info.length
             needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
         for relative, end in needed.items():
-            file = Path(self.path) / relative
+            file = self.fs.concat_path(self.path, relative)
             try:
-                size = file.stat().st_size
+                size = self._size(file)
             except FileNotFoundError:
                 raise _corrupt(self.shown(file), "the file does not exist") from None
             if size < end:
@@ -184,10 +208,10 @@ class _WeightsOnlyBytes(DefaultLoadPlanner):
         try:
             loaded = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as err:
-            where: Path | str = read_item.dest_index.fqn
+            where: Location = read_item.dest_index.fqn
             if self.reader is not None:
                 relative = self.reader.storage_data[read_item.storage_index].relative_path
-                where = self.reader.shown(Path(self.reader.path) / relative)
+                where = self.reader.shown(self.reader.fs.concat_path(self.reader.path, relative))
             detail = str(err.__cause__ or err.__context__ or err)
             raise UnsafeCheckpointError(
                 f"Checkpoint file {os.fspath(where)!r} holds a value for {read_item.dest_index.fqn!r} that is not a "

@@ -13,6 +13,8 @@ is). If the upload fails, the temporary file is removed and the previous checkpo
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -26,7 +28,16 @@ from fabric_core.utilities.types import _PATH
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["get_filesystem", "is_remote_url", "read_remote", "remove_remote", "write_remote"]
+__all__ = [
+    "get_filesystem",
+    "is_remote_url",
+    "list_files",
+    "read_remote",
+    "remove_remote",
+    "remove_remote_folder",
+    "sha256_remote",
+    "write_remote",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +47,12 @@ _OBJECT_STORES: Final = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfs
 _PACKAGES: Final = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
 
 
-def _protocol(path: _PATH) -> str:
+def _protocol(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     return text.split("://", 1)[0].lower() if _URL.match(text) else "file"
 
 
-def is_remote_url(path: _PATH) -> bool:
+def is_remote_url(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a URL for a filesystem other than the local one (``file://`` is local)."""
     return _protocol(path) != "file"
 
@@ -101,6 +112,11 @@ def write_remote(url: str, data: bytes) -> None:
     fs, target = _url_to_fs(url)
     if _is_object_storage(fs):
         fs.pipe_file(target, data)
+        fs.invalidate_cache()
+        if fs.isdir(target):
+            # A sharded checkpoint saved at the same name before: gone once the file is in place (its
+            # `.metadata` first), so that no reader takes the folder for the checkpoint at this name.
+            remove_remote_folder(url, first=(".metadata",))
         return
     parent = fs._parent(target)
     if parent:
@@ -123,24 +139,64 @@ def read_remote(url: str) -> io.BytesIO:
 
     Raises:
         FileNotFoundError: Nothing is there.
-        CheckpointError: ``url`` is a folder (sharded checkpoints are read from local paths only).
+        CheckpointError: ``url`` is a folder (the caller reads a sharded checkpoint folder as one).
     """
     fs, target = _url_to_fs(url)
-    if not fs.exists(target):
-        raise FileNotFoundError(f"Checkpoint file not found: {url}")
-    if fs.isdir(target):
+    fs.invalidate_cache()  # written or deleted by another process since this one last looked, perhaps
+    if fs.isdir(target) and not fs.isfile(target):
         raise CheckpointError(
-            f"Checkpoint path {url!r} is a folder: a sharded checkpoint is read from a local path only. "
-            "Copy it to local disk first (e.g. `fsspec.filesystem(...).get(url, local, recursive=True)`).",
+            f"Checkpoint path {url!r} is a folder but not a sharded checkpoint (it has no '.metadata' file "
+            "written by `torch.distributed.checkpoint`).",
             path=url,
             reason="corrupt",
         )
-    with fs.open(target, "rb") as file:
-        return io.BytesIO(file.read())
+    try:
+        with fs.open(target, "rb") as file:
+            return io.BytesIO(file.read())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Checkpoint file not found: {url}") from None
 
 
 def remove_remote(url: str) -> None:
     """Delete the file or folder at ``url``; a missing one is not an error."""
     fs, target = _url_to_fs(url)
+    fs.invalidate_cache()
     if fs.exists(target):
         fs.rm(target, recursive=True)
+
+
+def remove_remote_folder(url: str, first: tuple[str, ...] = ()) -> None:
+    """Delete every object under the folder (prefix) ``url``, the files named in ``first`` before the others.
+
+    An object store deletes many objects in one request in no set order: what makes the folder a complete
+    checkpoint (its commit marker, DCP's ``.metadata``) is deleted on its own first, so that a process
+    killed during the deletion leaves an incomplete folder, never one that looks complete but lacks files.
+    """
+    fs, target = _url_to_fs(url)
+    root = target.rstrip("/")
+    for name in first:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(f"{root}/{name}")
+    fs.invalidate_cache()
+    found = fs.find(root)
+    if found:
+        fs.rm(found)
+    fs.invalidate_cache()
+
+
+def list_files(url: str) -> list[str]:
+    """The files under the folder (prefix) ``url``, as names relative to it joined with ``/``, sorted."""
+    fs, target = _url_to_fs(url)
+    fs.invalidate_cache()  # a listing of another process's writes: never an old one kept by this process
+    root = target.rstrip("/") + "/"
+    return sorted(path[len(root) :] for path in fs.find(root.rstrip("/")) if path.startswith(root))
+
+
+def sha256_remote(url: str) -> str:
+    """The sha256 digest of the object at ``url``, read in pieces (never whole in memory)."""
+    fs, target = _url_to_fs(url)
+    digest = hashlib.sha256()
+    with fs.open(target, "rb") as file:
+        for piece in iter(lambda: file.read(8 * 2**20), b""):
+            digest.update(piece)
+    return digest.hexdigest()

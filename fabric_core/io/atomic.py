@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol, TypeVar
 
+from fabric_core.io._remote import _url_to_fs, is_remote_url, list_files, remove_remote_folder
 from fabric_core.utilities.types import PathLike
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "temp_path_for",
     "wait_for_removals",
     "write_folder_collectively",
+    "write_remote_folder_collectively",
 ]
 
 _T = TypeVar("_T")
@@ -223,14 +225,19 @@ _CHECKPOINT_PATTERNS: Final = ("*.distcp", "checkpoint_rank-*.pth")
 def folder_in_the_way(target: PathLike) -> str | None:
     """Why a checkpoint must not replace what is at ``target``: a folder holding something other than a checkpoint.
 
+    ``target`` may be a URL of object storage: its folder is the objects under ``target/``.
+
     Returns:
         ``None`` where ``target`` is missing, a file, an empty folder or a checkpoint folder; else a sentence
         naming the folder and some of what it holds.
     """
-    path = Path(target)
-    if path.is_symlink() or not path.is_dir():
-        return None
-    names = sorted(os.listdir(path))
+    if is_remote_url(target):
+        names = sorted({name.split("/", 1)[0] for name in list_files(os.fspath(target))})
+    else:
+        path = Path(target)
+        if path.is_symlink() or not path.is_dir():
+            return None
+        names = sorted(os.listdir(path))
     if not names or any(name in _CHECKPOINT_ENTRIES for name in names):
         return None
     if any(fnmatch.fnmatch(name, pattern) for name in names for pattern in _CHECKPOINT_PATTERNS):
@@ -475,6 +482,18 @@ def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[
     """
     from fabric_core.utilities.distributed import _layout, is_shared_filesystem
 
+    if is_remote_url(target):
+        # `write` would be handed a local temp folder named after the URL (`s3:/bucket/...`): refused before
+        # anything is written, on every rank (all are given the same path).
+        from fabric_core.errors import InvalidConfigError
+
+        raise InvalidConfigError(
+            f"{name} writes its checkpoint folder with local file operations and cannot write to "
+            f"{os.fspath(target)!r}. Save to a local path (or a bucket mounted as a local folder), then copy the "
+            "folder to the bucket.",
+            argument="path",
+            value=os.fspath(target),
+        )
     target = Path(target)
     node, local, num_nodes = _layout(ranks)
     if num_nodes > 1:
@@ -510,4 +529,44 @@ def write_folder_collectively(ranks: _Ranks, target: PathLike, write: Callable[[
     finally:
         if replacer and os.path.lexists(temp):
             _remove(os.fspath(temp))
+    ranks.barrier(f"{name}-save-done")
+
+
+def write_remote_folder_collectively(
+    ranks: _Ranks, url: str, write: Callable[[str], None], name: str, complete: str = ".metadata"
+) -> None:
+    """Have every rank write its part of a checkpoint folder straight into object storage at ``url``.
+
+    Call on every rank. An object store cannot rename a folder into place, so the folder is written under its
+    own name, and ``write`` must write the file named ``complete`` (what makes the folder a checkpoint: DCP's
+    ``.metadata``) last, once every rank's files are there. Before anything is written, rank 0 deletes the
+    previous checkpoint at ``url``, ``complete`` first, so that no moment shows a checkpoint whose files come
+    from two saves; a save killed part-way leaves a folder without ``complete``, which no load takes for a
+    checkpoint (and the previous checkpoint of the same name is gone: keep several names, as run checkpoints
+    do, to always have one). A folder of other files at ``url`` is refused as locally.
+
+    Args:
+        ranks: The strategy (ranks, ``broadcast``, ``barrier``).
+        url: The checkpoint folder's URL.
+        write: Writes this rank's files into the folder it is given (the URL).
+        name: Names the barrier (e.g. the strategy's name), for hang reports.
+        complete: The file written last, deleted first.
+
+    Raises:
+        FolderInTheWayError: ``url`` holds other files than a checkpoint's; nothing is written, on every rank.
+    """
+    in_the_way = None
+    if ranks.is_global_zero:
+        in_the_way = folder_in_the_way(url)
+        if in_the_way is None:
+            fs, key = _url_to_fs(url)
+            if fs.isfile(key):
+                fs.rm_file(key)  # a single-file checkpoint saved at the same name before
+            remove_remote_folder(url, first=(complete,))
+    in_the_way = ranks.broadcast(in_the_way, src=0)
+    if in_the_way is not None:
+        from fabric_core.errors import FolderInTheWayError
+
+        raise FolderInTheWayError(in_the_way, argument="path", value=url)
+    write(url)
     ranks.barrier(f"{name}-save-done")

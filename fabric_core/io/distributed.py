@@ -7,11 +7,13 @@ the functions here turn it into the usual ``optimizer.state_dict()`` form keyed 
 result loads into a plain model and optimizer in one process.
 
 This module needs torch only (no process group, no FSDP), so any strategy — single-device and DDP included —
-reads a sharded checkpoint, and ``fabric-core consolidate`` works without the plugin that wrote it.
+reads a sharded checkpoint, and ``fabric-core consolidate`` works without the plugin that wrote it. A folder in
+object storage (``s3://bucket/ckpt``) is read in place through fsspec, with the same checks.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,8 +24,10 @@ import torch
 from fabric_core.errors import CheckpointError, InvalidConfigError
 from fabric_core.io._dcp import SafeFileSystemReader, dcp_errors, safe_load_planner
 from fabric_core.io._file import read_open_file
+from fabric_core.io._remote import read_remote, write_remote
 from fabric_core.io.atomic import atomic_write, committed_path
-from fabric_core.io.folder import OpenFolder, read_one_folder
+from fabric_core.io.folder import Folder, read_one_folder
+from fabric_core.io.locations import Location, exists, is_url, join, location
 from fabric_core.utilities.types import PathLike
 
 __all__ = [
@@ -47,6 +51,8 @@ _DCP_METADATA: Final = ".metadata"
 
 def is_distributed_checkpoint(path: PathLike) -> bool:
     """Whether ``path`` is a folder written by ``torch.distributed.checkpoint`` (it holds ``.metadata``)."""
+    if is_url(path):
+        return exists(join(path, _DCP_METADATA))
     return Path(path).is_dir() and (Path(path) / _DCP_METADATA).is_file()
 
 
@@ -144,10 +150,10 @@ def load_distributed_checkpoint(path: PathLike, *, weights_only: bool | None = N
     try:
         return read_one_folder(path, lambda folder: _load_open_folder(folder, weights_only))
     except NotADirectoryError:
-        raise _not_sharded(committed_path(path)) from None
+        raise _not_sharded(path if is_url(path) else committed_path(path)) from None
 
 
-def _not_sharded(path: Path) -> CheckpointError:
+def _not_sharded(path: PathLike) -> CheckpointError:
     return CheckpointError(
         f"{os.fspath(path)!r} is not a sharded checkpoint folder: it has no {_DCP_METADATA!r} file written by "
         "`torch.distributed.checkpoint`.",
@@ -156,10 +162,11 @@ def _not_sharded(path: Path) -> CheckpointError:
     )
 
 
-def _load_open_folder(folder: OpenFolder, weights_only: bool | None) -> dict[str, Any]:
+def _load_open_folder(folder: Folder, weights_only: bool | None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    if not (folder.root / _DCP_METADATA).is_file():
+    metadata = join(folder.root, _DCP_METADATA)
+    if not (metadata.is_file() if isinstance(metadata, Path) else exists(metadata)):
         raise _not_sharded(folder.path)
     loaded: dict[str, Any] = {}
     # The public `dcp.load` only fills keys the given dict already has; filling an empty dict from the
@@ -175,7 +182,7 @@ def _load_open_folder(folder: OpenFolder, weights_only: bool | None) -> dict[str
     return loaded
 
 
-def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any = None) -> dict[str, Any]:
+def read_meta(folder: Folder, weights_only: bool | None, checkpoint_io: Any = None) -> dict[str, Any]:
     """The entries of the folder's ``meta.pt`` (``{}`` without one), read through the opened folder.
 
     Args:
@@ -188,32 +195,36 @@ def read_meta(folder: OpenFolder, weights_only: bool | None, checkpoint_io: Any 
         FileNotFoundError: ``meta.pt`` is missing because the folder was deleted under the read (a retry
             of :func:`~fabric_core.io.folder.read_one_folder` reads the new one).
     """
+    meta_file = join(folder.root, META_FILE)
     if checkpoint_io is not None:
-        meta_file = folder.root / META_FILE
-        if not meta_file.is_file():
+        if not (meta_file.is_file() if isinstance(meta_file, Path) else exists(meta_file)):
             return _no_meta(folder)
         loaded: dict[str, Any] = checkpoint_io.load_checkpoint(meta_file, weights_only=weights_only)
         return loaded
     try:
-        file = open(folder.root / META_FILE, "rb")  # noqa: SIM115  # closed below, after the load
+        # Closed below, after the load.
+        file = open(meta_file, "rb") if isinstance(meta_file, Path) else read_remote(meta_file)  # noqa: SIM115
     except FileNotFoundError:
         return _no_meta(folder)
     with file:
-        return read_open_file(folder.path / META_FILE, file, None, weights_only, False)
+        return read_open_file(join(folder.path, META_FILE), file, None, weights_only, False)
 
 
-def _no_meta(folder: OpenFolder) -> dict[str, Any]:
+def _no_meta(folder: Folder) -> dict[str, Any]:
     if folder.replaced():
         # Deleted under the read, perhaps: the folder read so far may have had one.
-        raise FileNotFoundError(f"{os.fspath(folder.path / META_FILE)!r} vanished: the folder was replaced")
+        raise FileNotFoundError(f"{os.fspath(join(folder.path, META_FILE))!r} vanished: the folder was replaced")
     return {}
 
 
-def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_only: bool | None = None) -> Path:
+def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_only: bool | None = None) -> Location:
     """Turn a sharded checkpoint folder into one file that ``torch.load`` (and ``fabric.load``) reads anywhere.
 
     The file holds ``{"model": state_dict, "optimizer": state_dict, **extras}`` with plain CPU tensors;
     optimizer states are keyed by position, as ``optimizer.state_dict()`` is.
+
+    Either may be a URL (``s3://bucket/ckpt``): the folder is read from the bucket in place, and an output URL is
+    written there in one upload.
 
     Args:
         folder: The sharded checkpoint folder.
@@ -229,9 +240,14 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_onl
         CheckpointError: ``folder`` is not a sharded checkpoint folder, or cannot be read (see
             :func:`load_distributed_checkpoint`).
     """
-    source = Path(folder)
-    target = Path(output) if output is not None else source.with_name(source.name + ".consolidated")
-    if target.exists():
+    source = location(folder)
+    if output is not None:
+        target = location(output)
+    elif isinstance(source, Path):
+        target = source.with_name(source.name + ".consolidated")
+    else:
+        target = source.rstrip("/") + ".consolidated"
+    if exists(target):
         raise InvalidConfigError(
             f"`consolidate({os.fspath(folder)!r}, output={os.fspath(target)!r})`: the output already exists and is "
             "never overwritten. Choose another output path or delete it first.",
@@ -239,6 +255,11 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_onl
             value=os.fspath(target),
         )
     checkpoint = load_distributed_checkpoint(source, weights_only=weights_only)
+    if isinstance(target, str):
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        write_remote(target, buffer.getvalue())
+        return target
     with atomic_write(target) as file:
         torch.save(checkpoint, file)
     return target

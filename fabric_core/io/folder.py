@@ -11,6 +11,11 @@ deleted before all its files were opened, the read fails and is tried again from
 Without a descriptor folder (macOS, Windows) files are read by path, and a read is kept only if the
 folder at the path is the opened one afterwards: an open descriptor keeps the folder's inode from being
 reused, and a replaced folder never comes back, so every file read in between came from it.
+
+A folder in object storage (``s3://bucket/ckpt``, :class:`RemoteFolder`) is read by its URL, and a read is
+kept only if its ``.metadata`` is the same upload afterwards: a sharded save there deletes the previous
+``.metadata`` before it writes or deletes any other file, and writes its own last, so every file read while
+one ``.metadata`` stayed in place belongs to that checkpoint.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Final, TypeVar
 
 from fabric_core.errors import CheckpointError
 from fabric_core.io.atomic import committed_path, existing_committed_path
+from fabric_core.io.locations import exists, is_dir, is_url, join, object_identity
 
-__all__ = ["ATTEMPTS", "OpenFolder", "read_one_folder"]
+__all__ = ["ATTEMPTS", "Folder", "OpenFolder", "RemoteFolder", "open_folder", "read_one_folder"]
 
 _T = TypeVar("_T")
 #: Where Linux names each open descriptor; a folder's descriptor there opens files inside that folder.
@@ -110,6 +116,62 @@ class OpenFolder:
         self.close()
 
 
+class RemoteFolder:
+    """The checkpoint folder at the URL ``url`` (object storage), read as one checkpoint (see the module).
+
+    Has :class:`OpenFolder`'s attributes, with ``path`` and ``root`` the URL (a ``str``) and ``pinned``
+    ``False``: :meth:`replaced` tells whether the ``.metadata`` read is still the one in place.
+
+    Raises:
+        FileNotFoundError: Nothing is at ``url``.
+        NotADirectoryError: ``url`` is one object, not a folder.
+    """
+
+    pinned = False
+
+    def __init__(self, url: str) -> None:
+        self.requested = url
+        self.path = url.rstrip("/")
+        self.root = self.path
+        if not exists(url):
+            raise FileNotFoundError(f"Checkpoint folder not found: {url}")
+        if not is_dir(url):
+            raise NotADirectoryError(f"Checkpoint path is not a folder: {url}")
+        self._seen = object_identity(self._metadata())
+
+    def _metadata(self) -> str:
+        return os.fspath(join(self.path, ".metadata"))
+
+    def replaced(self) -> bool:
+        """Whether the folder's ``.metadata`` is no longer the upload seen when it was opened."""
+        try:
+            return object_identity(self._metadata()) != self._seen
+        except OSError:
+            return True
+
+    def shown(self, path: str | os.PathLike[str]) -> str:
+        """``path`` as it is: a URL names the folder already."""
+        return os.fspath(path)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> RemoteFolder:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+
+#: A checkpoint folder opened for one read: on a local disk, or in object storage.
+Folder = OpenFolder | RemoteFolder
+
+
+def open_folder(path: str | os.PathLike[str]) -> Folder:
+    """The folder at ``path`` opened for one read: a :class:`RemoteFolder` for a URL, else an :class:`OpenFolder`."""
+    return RemoteFolder(os.fspath(path)) if is_url(path) else OpenFolder(path)
+
+
 def vanished(err: BaseException) -> bool:
     """Whether ``err`` can mean a file of the folder was deleted under the read (not a refused payload)."""
     if isinstance(err, CheckpointError):
@@ -127,7 +189,7 @@ def gave_up(path: str | os.PathLike[str], attempts: int) -> CheckpointError:
     )
 
 
-def read_one_folder(path: str | os.PathLike[str], read: Callable[[OpenFolder], _T], attempts: int = ATTEMPTS) -> _T:
+def read_one_folder(path: str | os.PathLike[str], read: Callable[[Folder], _T], attempts: int = ATTEMPTS) -> _T:
     """Run ``read`` on the folder at ``path`` opened once; again on the new folder if it was replaced under it.
 
     ``read`` must take every file from :attr:`OpenFolder.root`. A failure that can mean a deleted file (a
@@ -139,7 +201,7 @@ def read_one_folder(path: str | os.PathLike[str], read: Callable[[OpenFolder], _
         CheckpointError: The folder was replaced during each of ``attempts`` reads.
     """
     for attempt in range(attempts):
-        with OpenFolder(path) as folder:
+        with open_folder(path) as folder:
             try:
                 result = read(folder)
             except (CheckpointError, OSError) as err:

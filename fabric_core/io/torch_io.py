@@ -177,7 +177,8 @@ class TorchCheckpointIO(CheckpointIO):
         """Read a checkpoint written by :meth:`save_checkpoint` (or by ``torch.save``).
 
         A URL (``s3://``, ``memory://``, any protocol fsspec knows) is read whole into memory first, and
-        loaded with the same default safety as a local file.
+        loaded with the same default safety as a local file; a sharded checkpoint folder there is read in
+        place, as a local one is.
 
         Args:
             path: The checkpoint file.
@@ -201,7 +202,16 @@ class TorchCheckpointIO(CheckpointIO):
         """
         url = _remote(path)
         if url is not None:
-            return read_open_file(url, read_remote(url), map_location, weights_only, mmap=False)
+            try:
+                data = read_remote(url)
+            except CheckpointError:
+                # A folder: a sharded checkpoint in object storage is read in place, as a local one is.
+                from fabric_core.io.distributed import is_distributed_checkpoint, load_distributed_checkpoint
+
+                if is_distributed_checkpoint(url):
+                    return load_distributed_checkpoint(url, weights_only=weights_only)
+                raise
+            return read_open_file(url, data, map_location, weights_only, mmap=False)
         # For a moment of a folder replace on filesystems that cannot swap names, the previous checkpoint has
         # an `.old` name (see `replace_path`).
         target = existing_committed_path(_local_path(path, "load_checkpoint"))

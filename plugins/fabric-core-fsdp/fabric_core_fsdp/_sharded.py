@@ -11,7 +11,6 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
@@ -23,6 +22,7 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError, PathIsADirectoryError
 from fabric_core.io.distributed import is_distributed_checkpoint
+from fabric_core.io.locations import is_dir
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core.utilities.imports import RequirementCache
@@ -291,7 +291,7 @@ class ShardedStrategy(ParallelStrategy):
                 value=filter,
             )
         full = self._state_dict_type == "full"
-        if full and Path(path).is_dir() and not is_distributed_checkpoint(path):
+        if full and is_dir(path) and not is_distributed_checkpoint(path):
             raise PathIsADirectoryError(
                 f"The checkpoint path exists and is a directory: {os.fspath(path)}. A full checkpoint is one file and "
                 "replaces only a file or a sharded checkpoint folder: choose another path.",

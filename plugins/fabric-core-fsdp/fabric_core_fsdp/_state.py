@@ -36,6 +36,7 @@ from fabric_core.io.atomic import (
     replace_path,
     temp_path_for,
     write_folder_collectively,
+    write_remote_folder_collectively,
 )
 from fabric_core.io.distributed import (
     META_FILE,
@@ -49,7 +50,8 @@ from fabric_core.io.distributed import (
     read_meta,
     safe_load_planner,
 )
-from fabric_core.io.folder import ATTEMPTS, OpenFolder, gave_up, vanished
+from fabric_core.io.folder import ATTEMPTS, Folder, RemoteFolder, gave_up, open_folder, vanished
+from fabric_core.io.locations import Location, exists, is_dir, is_url, join, location, object_identity
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.types import Stateful
@@ -110,12 +112,19 @@ def save_sharded(strategy: ParallelStrategy, path: str | os.PathLike[str], state
     has finished (:func:`~fabric_core.io.atomic.write_folder_collectively`), so an interrupted save leaves
     the previous checkpoint or the new one at ``path``, never a mix and never nothing; the next save sweeps
     what a killed one left.
+
+    A URL (``s3://bucket/ckpt``) is written in place through fsspec, keeping its form: ``meta.pt`` first, then
+    the shards, then DCP's ``.metadata``, which makes it a checkpoint; the previous one there is deleted first,
+    ``.metadata`` first (:func:`~fabric_core.io.atomic.write_remote_folder_collectively`).
     """
     modules, optimizers, extras = _split(state)
     tensors: dict[str, Any] = {key: get_model_state_dict(module) for key, module in modules.items()}
     for key, optimizer in optimizers.items():
         tensors[key] = get_optimizer_state_dict(owner(optimizer, modules.values(), key), optimizer)
     io = strategy.checkpoint_io
+    if is_url(path):
+        _save_sharded_remote(strategy, os.fspath(path), tensors, _plain(extras))
+        return
     if isinstance(io, AsyncCheckpointIO):
         io.wait()  # on every rank: a failed previous save raises before this one starts
         if strategy.num_nodes == 1:
@@ -130,6 +139,31 @@ def save_sharded(strategy: ParallelStrategy, path: str | os.PathLike[str], state
             io.save_checkpoint(_plain(extras), temp / META_FILE)
 
     write_folder_collectively(strategy, path, write, "fsdp")
+
+
+def _save_sharded_remote(strategy: ParallelStrategy, url: str, tensors: dict[str, Any], extras: dict[str, Any]) -> None:
+    """The shards, ``meta.pt`` and ``.metadata`` straight into object storage (see :func:`save_sharded`).
+
+    With an :class:`AsyncCheckpointIO`, ``meta.pt`` is written before the call returns (it holds plain values
+    only) and the shards and ``.metadata`` in the background (``async_save``), still ``.metadata`` last.
+    """
+    io = strategy.checkpoint_io
+    background = io if isinstance(io, AsyncCheckpointIO) else None
+    if background is not None:
+        background.wait()  # on every rank: a failed previous save raises before this one starts
+    writer = background.checkpoint_io if background is not None else io
+
+    def write(folder: str) -> None:
+        if strategy.is_global_zero:
+            writer.save_checkpoint(extras, join(folder, META_FILE))
+        if background is None:
+            dcp_save(tensors, checkpoint_id=folder)
+            return
+        response: Any = dcp_async_save(tensors, checkpoint_id=folder, process_group=_background_group(strategy))
+        upload: Future[Any] = getattr(response, "upload_completion", response)
+        background.submit(folder, upload.result)
+
+    write_remote_folder_collectively(strategy, url, write, "fsdp")
 
 
 # One gloo group per strategy for background saves: collectives of the training loop on the default group
@@ -205,7 +239,7 @@ def save_full(
         put_filtered(checkpoint, key, value, filter)
     if strategy.is_global_zero:
         # The checkpoint I/O replaces a sharded folder of the same name in one step too (`atomic_write`).
-        strategy.checkpoint_io.save_checkpoint(checkpoint, Path(path))
+        strategy.checkpoint_io.save_checkpoint(checkpoint, location(path))
 
 
 def load(
@@ -229,11 +263,15 @@ def load(
             ``weights_only`` refused.
     """
     wait_for_saves(strategy.checkpoint_io)  # a checkpoint still being written is read once it is complete
-    target = existing_committed_path(path)  # for a moment the previous one's `.old` name (see `replace_path`)
+    # A local path may be, for a moment, the previous checkpoint's `.old` name (see `replace_path`).
+    target: Location | None = (
+        existing_committed_path(path) if not is_url(path) else (os.fspath(path) if exists(path) else None)
+    )
     if target is None:
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)
-    if isinstance(state, (Module, Optimizer)) and target.is_dir():
+    folder = is_dir(target)
+    if isinstance(state, (Module, Optimizer)) and folder:
         raise InvalidConfigError(
             f"The given path must be a single file containing the full state dict: {os.fspath(path)!r} is a folder. "
             "Load a sharded checkpoint with a dict naming what to restore, e.g. "
@@ -241,7 +279,7 @@ def load(
             argument="path",
             value=os.fspath(path),
         )
-    if target.is_dir() and not sharded:
+    if folder and not sharded:
         raise NotACheckpointError(
             f"The path {os.fspath(path)!r} does not point to a valid checkpoint. Make sure the path points to either "
             "a directory with checkpoint shards (written by `torch.distributed.checkpoint`: it has a '.metadata' "
@@ -261,7 +299,7 @@ def load(
         return {}
     if sharded:
         # From the path, not its committed name: a load racing a replace may have to start over from it.
-        return _load_sharded(strategy, Path(path), state, strict, weights_only, set_up)
+        return _load_sharded(strategy, location(path), state, strict, weights_only, set_up)
     checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
     _check_keys(state, set(checkpoint), strict)
     return _restore_full(state, checkpoint, strict, set_up)
@@ -303,7 +341,7 @@ def _restore_full(
 
 def _load_sharded(
     strategy: ParallelStrategy,
-    path: Path,
+    path: Location,
     state: dict[str, Any],
     strict: bool,
     weights_only: bool | None,
@@ -320,14 +358,14 @@ def _load_sharded(
     modules, optimizers, _ = _split(state)
     owners = {key: owner(opt, [*modules.values(), *set_up], key) for key, opt in optimizers.items()}
     for attempt in range(1, ATTEMPTS + 1):
-        folder: OpenFolder | None = None
+        folder: Folder | None = None
         try:
             saved: set[str] = set()
             meta: dict[str, Any] = {}
             token: str | None = None
             failure: CheckpointError | OSError | None = None
             try:
-                folder = OpenFolder(path)
+                folder = open_folder(path)
                 # The core's reader: `.metadata` and the non-tensor values are read with allow-lists unless
                 # `weights_only=False`, and a missing or truncated shard is a CheckpointError naming the file.
                 reader = SafeFileSystemReader(folder, weights_only=weights_only)
@@ -377,7 +415,7 @@ def _load_sharded(
     raise gave_up(path, ATTEMPTS)
 
 
-def _save_id(reader: SafeFileSystemReader, folder: OpenFolder) -> str:
+def _save_id(reader: SafeFileSystemReader, folder: Folder) -> str:
     """What names the checkpoint a rank opened: the save's uuid in ``.metadata``.
 
     A folder whose metadata has none (written by another tool) is named by its ``.metadata`` file's inode,
@@ -388,6 +426,8 @@ def _save_id(reader: SafeFileSystemReader, folder: OpenFolder) -> str:
     save_id = getattr(storage_meta, "save_id", None)
     if save_id:
         return str(save_id)
+    if isinstance(folder, RemoteFolder):
+        return str(object_identity(os.fspath(join(folder.root, ".metadata"))))
     status = os.stat(folder.root / ".metadata")
     return f"{status.st_ino}:{status.st_mtime_ns}:{status.st_size}"
 
@@ -406,8 +446,8 @@ def _any(strategy: ParallelStrategy, flag: bool) -> bool:
 
 def _agree(
     strategy: ParallelStrategy,
-    path: Path,
-    folder: OpenFolder | None,
+    path: Location,
+    folder: Folder | None,
     token: str | None,
     failure: CheckpointError | OSError | None,
     last: bool,
@@ -421,7 +461,8 @@ def _agree(
     if failure is None:
         replaced = False
     elif folder is None:  # the path vanished between two saves' renames, or there is nothing there at all
-        replaced = isinstance(failure, OSError) and existing_committed_path(path) is not None
+        there = exists(path) if isinstance(path, str) else existing_committed_path(path) is not None
+        replaced = isinstance(failure, OSError) and there
     else:
         replaced = vanished(failure) and folder.replaced()
     views = _gather(strategy, (token, None if failure is None else str(failure), replaced))
