@@ -181,6 +181,24 @@ def test_a_signal_sets_a_flag_and_the_next_step_end_saves_and_exits_with_128_plu
     assert signal.getsignal(signal.SIGUSR2) == previous
 
 
+def test_once_the_run_exits_on_a_signal_sigterm_is_ignored_so_that_it_cannot_replace_the_exit_code(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    # `srun --kill-on-bad-exit` sends SIGTERM to the other tasks once the first has exited with 128 + signum;
+    # a task killed by it would make srun exit with 143, which a wrapper waiting for 140 misses.
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR2)}
+    ckpt = RunCheckpoints(fabric, tmp_path, signals=(signal.SIGUSR2,))
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        with pytest.raises(SystemExit) as exited:
+            ckpt.step_end(1, make_state(fabric))
+        assert exited.value.code == 128 + signal.SIGUSR2
+        assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    finally:
+        ckpt.close()
+    assert {number: signal.getsignal(number) for number in before} == before  # close() puts both back
+
+
 class SignalsWhileSaved:
     """A stateful entry whose ``state_dict()`` (called inside the save) signals this process."""
 

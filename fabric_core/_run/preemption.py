@@ -67,6 +67,21 @@ class PreemptionFlag:
         if self.received is None:
             self.received = signum
 
+    def ignore_while_exiting(self) -> None:
+        """Ignore ``SIGTERM`` and the caught signals from now on: every rank has agreed to save and exit.
+
+        The ranks do not end at the same instant: ``srun --kill-on-bad-exit`` stops the others with ``SIGTERM``
+        once the first has exited with ``128 + signum``, and ``srun`` then reports 143 for a task killed that
+        way instead of the code the run chose, which a wrapper script waiting for that code would miss. Late
+        in its shutdown Python puts back the default action of signals it handles, but leaves ignored ones
+        ignored. :meth:`restore` puts back what was there before.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in {int(signal.SIGTERM), *self._previous}:
+            previous = signal.signal(number, signal.SIG_IGN)
+            self._previous.setdefault(number, previous)
+
     def restore(self) -> None:
         """Put back the handlers that were there before."""
         for number, previous in self._previous.items():
