@@ -1,4 +1,6 @@
-"""fabric-core under a real SLURM cluster: ``srun`` and ``sbatch`` jobs, a USR1 preemption with requeue.
+"""fabric-core under a real SLURM cluster: ``srun`` and ``sbatch`` jobs, preemptions with requeue: USR1 by
+``scancel``, USR2 sent by SLURM's ``--signal=USR2@50``, and USR2 in a job whose tasks have no ``scontrol``,
+requeued by the batch script of docs/fault-tolerant-training.md.
 
 ``scripts/slurm_check.sh`` starts a one-node cluster (Debian's slurm-wlm and munge) and runs this module with
 ``pytest -m slurm tests/slurm``; without a cluster to talk to, the module skips. Every job gets a SLURM time
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.multiprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULT_TOLERANT = ROOT / "examples" / "fault_tolerant.py"
+FAULT_TOLERANT_DOCS = ROOT / "docs" / "fault-tolerant-training.md"
 DEVICES_JOB = Path(__file__).resolve().parent / "devices_job.py"
 # The same run everywhere; only --dir (and the sleep that leaves time to signal it) differ.
 OPTIONS = ("--steps", "30", "--every", "5")
@@ -99,6 +102,41 @@ def final_digest(output: str) -> str:
     digests: list[str] = re.findall(r"^final digest: ([0-9a-f]{64})$", output, re.MULTILINE)
     assert len(digests) == 1, output[-3000:]  # rank 0 alone prints it
     return digests[0]
+
+
+def batch_script(path: Path, name: str, output: Path, minutes: int, body: str, *options: str) -> Path:
+    """A batch script of two tasks that SLURM may requeue, appending every run's output to ``output``.
+
+    ``body`` is the script after its ``#SBATCH`` lines, ``options`` more ``#SBATCH`` options.
+    """
+    header = [
+        f"--job-name={name}",
+        "--ntasks-per-node=2",
+        f"--time={minutes}",
+        "--requeue",
+        "--open-mode=append",
+        f"--output={output}",
+        f"--chdir={path.parent}",
+        *options,
+    ]
+    path.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {option}\n" for option in header) + body)
+    return path
+
+
+def sbatch(batch: Path) -> int:
+    """Submit a batch script; its job id."""
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", str(batch)], capture_output=True, text=True, timeout=20, env=environment()
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    return int(submitted.stdout.strip().split(";")[0])
+
+
+def documented_requeue_script() -> str:
+    """The batch script of docs/fault-tolerant-training.md that requeues a job whose tasks have no ``scontrol``."""
+    blocks = re.findall(r"^```bash\n(.*?)^```$", FAULT_TOLERANT_DOCS.read_text(), re.MULTILINE | re.DOTALL)
+    (script,) = (block for block in blocks if "scontrol requeue" in block)
+    return str(script)
 
 
 def job_fields(job_id: int) -> dict[str, str]:
@@ -180,24 +218,8 @@ def test_usr1_saves_requeues_the_job_and_the_requeued_job_resumes_to_the_uninter
     directory = tmp_path / "run"
     output = tmp_path / "job.out"
     train = [sys.executable, str(FAULT_TOLERANT), *OPTIONS, "--step-seconds", "0.2", "--dir", str(directory)]
-    batch = tmp_path / "job.sh"
-    batch.write_text(
-        "#!/bin/bash\n"
-        f"#SBATCH --job-name={job_name}\n"
-        "#SBATCH --ntasks-per-node=2\n"
-        "#SBATCH --time=3\n"
-        "#SBATCH --requeue\n"
-        "#SBATCH --open-mode=append\n"
-        f"#SBATCH --output={output}\n"
-        f"#SBATCH --chdir={tmp_path}\n"
-        'echo "batch run ${SLURM_RESTART_COUNT:-0}"\n'
-        f"srun --kill-on-bad-exit=1 {' '.join(train)}\n"
-    )
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", str(batch)], capture_output=True, text=True, timeout=20, env=environment()
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = int(submitted.stdout.strip().split(";")[0])
+    body = f'echo "batch run ${{SLURM_RESTART_COUNT:-0}}"\nsrun --kill-on-bad-exit=1 {" ".join(train)}\n'
+    job_id = sbatch(batch_script(tmp_path / "job.sh", job_name, output, 3, body))
     deadline = time.monotonic() + 2 * DEADLINE_S
 
     wait_for_line(output, r"^step 5 ", job_id, deadline)
@@ -226,3 +248,78 @@ def test_ntasks_without_ntasks_per_node_is_refused_naming_the_option_to_use(tmp_
     assert "EnvironmentSetupError: You set `--ntasks=2` in your SLURM bash script" in done.stdout, done.stdout[-3000:]
     assert "HINT: Use `--ntasks-per-node=2` (on one node)" in done.stdout
     assert "Initializing distributed" not in done.stdout  # refused before any rank tried to meet the others
+
+
+@pytest.mark.timeout(3 * DEADLINE_S)
+def test_usr2_sent_by_slurms_signal_option_saves_requeues_and_resumes_to_the_uninterrupted_digest(
+    tmp_path: Path, job_name: str, uninterrupted_digest: str
+) -> None:
+    directory = tmp_path / "run"
+    output = tmp_path / "job.out"
+    train = [sys.executable, str(FAULT_TOLERANT), *OPTIONS, "--dir", str(directory)]
+    # SLURM itself sends USR2 to the tasks 50 s before the 2-minute limit, up to 30 s early here (its controller
+    # checks every 30 s; the manual allows 60): 40 to 70 s into each run. The first run sleeps 3 s a step to
+    # be training then (30 steps: 90 s); the requeued one does not sleep and ends (in about 20 s) before its
+    # own signal comes.
+    body = (
+        "export FABRIC_CORE_REQUEUE_SIGNAL=USR2\n"
+        'echo "batch run ${SLURM_RESTART_COUNT:-0}"\n'
+        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep=3; else sleep=0; fi\n'
+        f'srun --kill-on-bad-exit=1 {" ".join(train)} --step-seconds "$sleep"\n'
+    )
+    job_id = sbatch(batch_script(tmp_path / "job.sh", job_name, output, 2, body, "--signal=USR2@50"))
+    fields = wait_until_final(job_id, time.monotonic() + 2 * DEADLINE_S)
+    out = output.read_text()
+
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
+    assert re.findall(r"^batch run (\d+)$", out, re.MULTILINE) == ["0", "1"], out[-3000:]
+    preempted = re.findall(
+        r"^preempted by SIGUSR2 at step (\d+): saved (\S+), requeued the job, exiting with code 0$", out, re.MULTILINE
+    )
+    assert len(preempted) == 1, out[-3000:]
+    step, saved = int(preempted[0][0]), Path(preempted[0][1])
+    assert 0 < step < 30 and saved == directory / f"step-{step:08d}"
+    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
+    assert final_digest(out) == uninterrupted_digest
+
+
+@pytest.mark.timeout(3 * DEADLINE_S)
+def test_without_scontrol_in_the_tasks_the_run_saves_exits_140_and_the_documented_batch_script_requeues_it(
+    tmp_path: Path, job_name: str, uninterrupted_digest: str
+) -> None:
+    directory = tmp_path / "run"
+    output = tmp_path / "job.out"
+    # A container without SLURM's client tools: the tasks' PATH is an empty folder. The batch script, outside
+    # the "container", keeps its PATH, with scontrol.
+    container_path = tmp_path / "container-bin"
+    container_path.mkdir()
+    train = [sys.executable, str(FAULT_TOLERANT), *OPTIONS, "--step-seconds", "0.2", "--dir", str(directory)]
+    documented = documented_requeue_script()
+    shebang, rest = documented.split("\n", 1)
+    container_command = "apptainer exec train.sif python train.py"
+    assert shebang == "#!/bin/bash" and f"srun --kill-on-bad-exit=1 {container_command}\n" in rest, documented
+    # The documented script, its training command replaced: its own #SBATCH lines stay (its --signal=USR2@120
+    # comes 2 minutes into the 5-minute limit at the earliest, after the test, which plays it with scancel).
+    body = rest.replace(container_command, f"env PATH={container_path} {' '.join(train)}")
+    job_id = sbatch(batch_script(tmp_path / "job.sh", job_name, output, 5, body))
+    deadline = time.monotonic() + 2 * DEADLINE_S
+
+    wait_for_line(output, r"^step 5 ", job_id, deadline)
+    signalled = subprocess.run(["scancel", "--signal=USR2", str(job_id)], capture_output=True, text=True, timeout=20)
+    assert signalled.returncode == 0, signalled.stderr
+    fields = wait_until_final(job_id, deadline)
+    out = output.read_text()
+
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
+    # Rank 0 says why it did not requeue; every rank exits with 128 + 12, and so does srun.
+    assert out.count(f"fabric-core: cannot requeue job {job_id}: `scontrol` is not on the PATH") == 1, out[-3000:]
+    preempted = re.findall(
+        r"^preempted by SIGUSR2 at step (\d+): saved (\S+), exiting with code 140$", out, re.MULTILINE
+    )
+    assert len(preempted) == 1, out[-3000:]
+    step, saved = int(preempted[0][0]), Path(preempted[0][1])
+    assert 5 <= step < 30 and saved == directory / f"step-{step:08d}"
+    # The batch script saw srun exit with 140 and requeued the job; the requeued run resumed and finished.
+    assert out.count(f"saved at SIGUSR2: requeueing job {job_id} from the batch script") == 1, out[-3000:]
+    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
+    assert final_digest(out) == uninterrupted_digest
