@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+#: Shared fixtures of helper modules: the object-storage tests' local S3 server and buckets (``s3_bucket``).
+pytest_plugins = ["tests.object_storage"]
+
 #: Marks of tests that start processes or need a cluster, a GPU or another venv: each implies ``slow``, so that
 #: ``python -m pytest -m "not slow"`` (the inner loop, CONTRIBUTING.md) leaves every one of them out.
 SLOW_MARKS = frozenset(
@@ -18,6 +21,7 @@ SLOW_MARKS = frozenset(
         "zero_edit",
         "examples",
         "parity",
+        "object_storage",
         "ray",
         "world_sizes",
         "multinode",

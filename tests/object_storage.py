@@ -5,9 +5,7 @@ the test process that ends with it. :func:`s3_bucket` gives each test a new, emp
 process and every process it starts at the server through the environment (``AWS_ENDPOINT_URL`` and fake
 credentials, which botocore and so s3fs read), so that the two-process jobs write into the same bucket.
 
-Use them as fixtures through ``pytest_plugins``-free imports::
-
-    from tests.object_storage import s3_bucket, s3_server  # noqa: F401  (fixtures)
+The root ``conftest.py`` names this module in ``pytest_plugins``: every test may ask for ``s3_bucket``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.io.async_io import AsyncCheckpointIO
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.run_checkpoints import MARKER, STATE, RunCheckpoints
-from tests.object_storage import keys, s3, s3_bucket, s3_server, uploads_in_progress, wait_until  # noqa: F401
+from tests.object_storage import keys, s3, uploads_in_progress, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,9 +65,41 @@ def test_one_file_is_saved_and_loaded_at_its_s3_url(s3_bucket: str, in_tmp: Path
     assert fabric.load(url, state) == {}
     assert state["step"] == 7 and _same(model, other)
     assert set(fabric.load(url)) == {"model", "step"}  # the whole checkpoint
-    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.ckpt"):
         fabric.load(f"{s3_bucket}/runs/exp/missing.ckpt", state)
     assert list(in_tmp.iterdir()) == []  # no local folder "s3:"
+
+
+def _data_parallel(model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(model, mesh=mesh["data_parallel"])
+    return model
+
+
+_SHARDED = [".metadata", "__0_0.distcp", "meta.pt"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "written"),
+    [("ddp", [""]), ("fsdp", _SHARDED), ("fsdp1", _SHARDED), ("model_parallel", _SHARDED)],
+)
+def test_each_strategy_keeps_the_s3_url(strategy: str, written: list[str], s3_bucket: str, in_tmp: Path) -> None:
+    """One process of each distributed strategy (the single-device one is above; two processes of the sharded ones
+    in plugins/fabric-core-fsdp/tests/test_fsdp_object_storage.py): every key lands under the URL's own key."""
+    from fabric_core import spec
+
+    chosen: Any = spec(strategy, parallelize_fn=_data_parallel) if strategy == "model_parallel" else strategy
+    fabric = _fabric(strategy=chosen)
+    model = fabric.setup_module(_model(0))
+    url = f"{s3_bucket}/ckpts/step-3"
+    fabric.save(url, {"model": model, "step": 3})
+    assert keys(s3_bucket) == [f"ckpts/step-3/{name}".rstrip("/") for name in written]
+    fresh = fabric.setup_module(_model(1))
+    state: dict[str, Any] = {"model": fresh, "step": 0}
+    fabric.load(url, state)
+    assert state["step"] == 3 and _same(model, fresh)
+    assert list(in_tmp.iterdir()) == []
 
 
 def test_run_checkpoints_in_a_bucket_resume_prune_and_write_the_marker_last(
