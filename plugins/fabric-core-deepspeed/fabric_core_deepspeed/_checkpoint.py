@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from torch.nn import Module
 
+from fabric_core.errors import InvalidConfigError
+from fabric_core.io.locations import is_dir, is_url
 from fabric_core.io.restore import restore_state
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_deepspeed._trust import check_pickles
@@ -167,7 +169,12 @@ def is_checkpoint_folder(path: str | os.PathLike[str]) -> bool:
 
 
 def is_single_file(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a checkpoint file of its own: a file, but not one inside a checkpoint folder."""
+    """Whether ``path`` is a checkpoint file of its own: a file, but not one inside a checkpoint folder.
+
+    A URL (object storage) that is not a folder counts as one: a consolidated file there loads as any file does.
+    """
+    if is_url(path):
+        return not is_dir(path)
     file = Path(path)
     return file.is_file() and not any(is_checkpoint_folder(outer) for outer in (file.parent, file.parent.parent))
 
@@ -176,9 +183,11 @@ def check_folder(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``.
 
     Raises:
+        InvalidConfigError: ``path`` is a URL (see :func:`refuse_url`).
         FileNotFoundError: Nothing exists at ``path``, or it is not a checkpoint folder; when it lies inside
             one (the tag sub-folder, or a file in it), the message names the folder to pass instead.
     """
+    refuse_url(path, "load")
     folder = Path(path)
     if is_checkpoint_folder(folder):
         return folder
@@ -230,3 +239,19 @@ def model_states_file(folder: Path, tag: str = TAG) -> Path:
         f"{os.fspath(folder / tag)!r} holds no DeepSpeed model-states file (mp_rank_00_model_states.pt); is it a "
         "complete DeepSpeed checkpoint?"
     )
+
+
+def refuse_url(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse a URL where DeepSpeed would read or write a checkpoint folder with local file operations.
+
+    Raises:
+        InvalidConfigError: ``path`` is a URL (``s3://bucket/ckpt``), which ``Path`` would turn into ``s3:/...``.
+    """
+    if is_url(path):
+        raise InvalidConfigError(
+            f"DeepSpeedStrategy cannot {what} the checkpoint folder {os.fspath(path)!r}: DeepSpeed reads and writes "
+            "its folders with local file operations. Use a local path (or a bucket mounted as a local folder) and "
+            "copy the folder; a file consolidated from it (`fabric-core consolidate`) loads from a URL.",
+            argument="path",
+            value=os.fspath(path),
+        )

@@ -17,7 +17,6 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
-from fabric_core.io.locations import is_dir, is_url
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
 from fabric_core.utilities.types import PathLike
@@ -514,7 +513,7 @@ class DeepSpeedStrategy(ParallelStrategy):
             ValueError: ``state`` holds no DeepSpeed model, or more than one.
             InvalidConfigError: ``path`` is a URL (``s3://...``): DeepSpeed writes with local file operations.
         """
-        _refuse_url(path, "save")
+        _checkpoint.refuse_url(path, "save")
         reasons = {"storage_options": "does not use the `CheckpointIO`", "filter": "manages the state serialization"}
         for name, value in (("storage_options", storage_options), ("filter", filter)):
             if value is not None:
@@ -563,11 +562,6 @@ class DeepSpeedStrategy(ParallelStrategy):
             CheckpointError: A file holds objects a checkpoint does not consist of (unless
                 ``weights_only=False``), or is damaged.
         """
-        if is_url(path):
-            # A consolidated file in object storage loads as any file does; DeepSpeed reads its folders itself.
-            if is_dir(path):
-                _refuse_url(path, "load")
-            return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
         if isinstance(state, (Module, Optimizer)) or _checkpoint.is_single_file(path):
             return super().load_checkpoint(path, state, strict=strict, weights_only=weights_only)
         if self.load_full_weights:
@@ -602,19 +596,3 @@ class DeepSpeedStrategy(ParallelStrategy):
         state = self.__dict__.copy()
         state["_engines"] = []
         return state
-
-
-def _refuse_url(path: PathLike, what: str) -> None:
-    """Refuse a URL where DeepSpeed would read or write a checkpoint folder with local file operations.
-
-    Raises:
-        InvalidConfigError: ``path`` is a URL (``s3://bucket/ckpt``), which ``Path`` would turn into ``s3:/...``.
-    """
-    if is_url(path):
-        raise InvalidConfigError(
-            f"DeepSpeedStrategy cannot {what} the checkpoint folder {os.fspath(path)!r}: DeepSpeed reads and writes "
-            "its folders with local file operations. Use a local path (or a bucket mounted as a local folder) and "
-            "copy the folder; a file consolidated from it (`fabric-core consolidate`) loads from a URL.",
-            argument="path",
-            value=os.fspath(path),
-        )
