@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "CheckpointError",
     "CheckpointSpaceError",
+    "CollectiveMismatchError",
     "EnvironmentSetupError",
     "FabricCoreError",
     "FabricCoreWarning",
@@ -379,6 +380,19 @@ class NoLoggerError(FabricCoreError, IndexError):
 
 class RendezvousError(FabricCoreError, RuntimeError):
     """The processes of a job could not meet to create their process group (within the rendezvous timeout)."""
+
+
+class CollectiveMismatchError(FabricCoreError, RuntimeError):
+    """The ranks reached different collectives: barriers of different names, or (with
+    ``FABRIC_CORE_CHECK_COLLECTIVES=1``) different calls or shapes. Raised on every rank alike.
+
+    Attributes:
+        calls: Per rank, what it called and from where (``"barrier 'eval' (train.py:12)"``).
+    """
+
+    def __init__(self, message: str, *, calls: Mapping[int, str]) -> None:
+        self.calls = dict(calls)
+        super().__init__(message)
 
 
 class CheckpointError(FabricCoreError):

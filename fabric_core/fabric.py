@@ -201,6 +201,7 @@ class Fabric(Checkpoints):
             RuntimeError: ``launch()`` is needed first.
         """
         self._validate_launched()
+        self._record("setup")
         checks.check_model_and_optimizers(module, optimizers, "setup")
         model, wrapped, scheduler = self._wrap(module, optimizers, scheduler, move_to_device, _reapply_compile)
         lightning_module.attach_optimizers(model, wrapped)
@@ -217,6 +218,7 @@ class Fabric(Checkpoints):
             RuntimeError: ``launch()`` is needed first.
         """
         self._validate_launched()
+        self._record("setup_module")
         checks.check_model_and_optimizers(module, (), "setup_module")
         return self._wrap(module, (), None, move_to_device, _reapply_compile)[0]
 

@@ -44,9 +44,11 @@ class Checkpoints(Collectives):
             ValueError: ``filter`` names keys that ``state`` lacks, or ``path`` is empty.
             OSError: ``path`` is under a file, or a folder where one file is written (checked first).
         """
+        self._record("save")
         checks.check_save(self._strategy, path, state, filter)
         self._strategy.save_checkpoint(path=path, state=unwrap_for_checkpoint(state), filter=filter)
-        self.barrier()
+        # Named: a rank at another barrier fails at once, naming this save (see strategies._agreement).
+        self._launched_strategy().barrier(name="fabric.save")
 
     def load(
         self,
@@ -73,12 +75,13 @@ class Checkpoints(Collectives):
             KeyError: With ``strict``, ``state`` asks for a key the checkpoint lacks.
             TypeError: ``state`` is neither a dict nor ``None``.
         """
+        self._record("load")
         checks.check_load_state(state)
         self._check_seen_by_every_rank(path)
         unwrapped = unwrap_for_checkpoint(state)
         weights_only = resolve_weights_only(weights_only)  # once: the strategy's readers see the decision
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
-        self.barrier()
+        self._launched_strategy().barrier(name="fabric.load")
         if state is not None:
             # Plain values were restored into the unwrapped copy; wrappers stay as the user holds them.
             for key, value in unwrapped.items():
@@ -135,6 +138,7 @@ class Checkpoints(Collectives):
             strict: Require exact keys (modules only).
             weights_only: Passed to ``torch.load``.
         """
+        self._record("load_raw")
         weights_only = resolve_weights_only(weights_only)
         self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
+from fabric_core.strategies import _agreement, _flight
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.distributed import _InfiniteBarrier
@@ -42,6 +43,13 @@ class Collectives:
                 "To use Fabric with more than one device, you must call `.launch()` or use the CLI:"
                 " `fabric-core run --help`."
             )
+
+    def _record(self, call: str, what: Any = None) -> None:
+        """Keep this call in the flight recorder (for hang reports); with the collective check on, compare it
+        with every rank's first."""
+        entry = _flight.record(call, what)
+        if _agreement.checking:
+            _agreement.check_call(entry, self._strategy)
 
     def _launched_strategy(self) -> Strategy:
         """The strategy, once :meth:`_validate_launched` passed: how every collective starts."""
@@ -71,7 +79,9 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        self._launched_strategy().barrier(name=name)
+        strategy = self._launched_strategy()
+        self._record("barrier", None if name is None else repr(name))
+        strategy.barrier(name=name)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         """Send any picklable object from process ``src`` to all; every process returns it.
@@ -79,7 +89,9 @@ class Collectives:
         Raises:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
-        return self._launched_strategy().broadcast(obj, src=src)
+        strategy = self._launched_strategy()
+        self._record("broadcast", f"src={src}")
+        return strategy.broadcast(obj, src=src)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather tensors (numbers become tensors) of every process: shape ``(world_size, *shape)``.
@@ -95,6 +107,7 @@ class Collectives:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
         strategy = self._launched_strategy()
+        self._record("all_gather", _flight.tensor_summary(data))
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_gather(data, group=group, sync_grads=sync_grads)
         data = convert_to_tensors(data, device=strategy.root_device)
@@ -116,6 +129,7 @@ class Collectives:
         """
         if not self._launched:  # `_launched_strategy`, inlined: a metric's all_reduce runs every step
             self._validate_launched()
+        self._record("all_reduce", _flight.tensor_summary(data))
         strategy = self._strategy
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_reduce(data, group=group, reduce_op=reduce_op)

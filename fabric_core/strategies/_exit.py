@@ -57,23 +57,22 @@ def exit_timeout() -> timedelta:
 def bounded_barrier(timeout: timedelta) -> bool:
     """Meet the other ranks, waiting at most ``timeout``; say on stderr which ranks did not come.
 
-    gloo meets through ``monitored_barrier`` (which names the missing ranks); other backends through the
-    process group's key-value store, so that a peer stuck in a collective cannot hold this rank too. Once
-    every rank has arrived, a plain barrier follows on gloo: ``monitored_barrier`` ends with rank 0 still
-    answering the others, and a rank that destroys its connections while a peer's last message is in flight
-    aborts the process at exit (``terminate called without an active exception``); the plain barrier, which
-    every rank leaves only after the others' messages arrived, cannot then wait for a missing rank.
+    The ranks meet through the process group's key-value store, whose wait honours its timeout whatever the
+    other ranks do. (gloo's ``monitored_barrier`` does not: a rank other than 0 waits in it forever while
+    rank 0 is stuck in another collective, e.g. a ``fabric.save`` that only rank 0 called.) Once every rank
+    has arrived, a plain barrier follows on gloo: a rank that destroys its connections while a peer's last
+    message is in flight aborts the process at exit (``terminate called without an active exception``); the
+    plain barrier, which every rank leaves only after the others' messages arrived, cannot then wait for a
+    missing rank.
 
     Returns:
         Whether every rank arrived.
     """
     rank = dist.get_rank()
     try:
+        _store_barrier(timeout)
         if dist.get_backend() == "gloo":
-            dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
             dist.barrier()
-        else:
-            _store_barrier(timeout)
     except Exception as error:  # a peer is stuck, or died and closed its connections
         print(
             f"[fabric-core rank {rank}] the ranks did not all reach the end of the job within "

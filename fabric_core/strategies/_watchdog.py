@@ -1,29 +1,62 @@
-"""A collective that waits too long explains itself: which one, and from where it was called.
+"""A collective that waits too long explains itself: where every rank is, and the call at which they parted.
 
 One daemon thread per process samples the stacks of the other threads a few times per threshold
 (``sys._current_frames``). A thread blocked in a ``torch.distributed`` collective shows that collective's
-Python frame on top of its stack; when the same frame is still there after the threshold, the thread prints
-the collective, the fabric-core call that issued it, and the user's file and line. The collectives
-themselves do nothing for this, so the hot path (``all_reduce`` of a tensor) costs what it did.
+Python frame on top of its stack; when the same frame is still there after ``FABRIC_CORE_HANG_WARN_SECONDS``,
+the rank prints the collective, the fabric-core call that issued it and the user's file and line, then asks
+every rank for its position through the job's key-value store. Each rank's thread answers within one
+sampling interval with where its main thread is and its flight records (:mod:`._flight`), and the waiting
+rank prints one table of every rank with the first call at which the ranks differ and, where it is known,
+the cause. A rank that does not answer (dead, or stuck in C code that holds the GIL) is named as such.
+
+With ``FABRIC_CORE_HANG_ABORT_SECONDS`` set, a collective that waits that long stops the job: the rank
+prints the report as its error, leaves it in the store for the others, and exits; every other rank's thread
+sees it within one interval, prints it and exits too, instead of waiting for the collective timeout.
+
+The collectives themselves do nothing for this, so the hot path (``all_reduce`` of a tensor) costs what it
+did; the thread's cost is one store round trip per interval (5 s at the default threshold).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 import threading
 import time
+from datetime import timedelta
 from types import FrameType
-from typing import Final
+from typing import Any, Final
+
+import torch.distributed as dist
 
 from fabric_core.environments._env import read_seconds
+from fabric_core.strategies import _exit, _flight
 
-__all__ = ["HANG_WARN_VARIABLE", "hang_warn_seconds", "start"]
+__all__ = [
+    "ABORT_EXIT_CODE",
+    "HANG_ABORT_VARIABLE",
+    "HANG_WARN_VARIABLE",
+    "hang_abort_seconds",
+    "hang_warn_seconds",
+    "start",
+]
 
-#: Seconds a collective may wait before every waiting rank prints where it waits; ``0`` turns this off.
+#: Seconds a collective may wait before every waiting rank prints where every rank is; ``0`` turns this off.
 HANG_WARN_VARIABLE: Final = "FABRIC_CORE_HANG_WARN_SECONDS"
+#: Seconds a collective may wait before the job stops on every rank with the report as its error (unset: never).
+HANG_ABORT_VARIABLE: Final = "FABRIC_CORE_HANG_ABORT_SECONDS"
+#: The exit code of a rank stopped by :data:`HANG_ABORT_VARIABLE`.
+ABORT_EXIT_CODE: Final = 3
 _DEFAULT_SECONDS: Final = 60.0
 _C10D: Final = "torch.distributed.distributed_c10d"
+#: The code of the exit handler's meeting of the ranks (through the store, so no torch.distributed frame shows).
+_EXIT_MEETING: Final = _exit._store_barrier.__code__
+#: Up to this many ranks, every waiting rank prints the table; in larger jobs only the rank that asked first.
+_TABLES_UP_TO: Final = 16
+#: How many of each rank's last calls the report shows.
+_SHOWN: Final = 4
 
 _started_in_pid: int | None = None
 
@@ -38,57 +71,233 @@ def hang_warn_seconds() -> float:
     return read_seconds(HANG_WARN_VARIABLE, _DEFAULT_SECONDS, meaning, zero_allowed=True)
 
 
-def start(rank: int) -> None:
+def hang_abort_seconds() -> float:
+    """The limit from :data:`HANG_ABORT_VARIABLE` (unset or ``0``: a waiting collective never stops the job).
+
+    Raises:
+        InvalidConfigError: The variable is not a number of seconds >= 0.
+    """
+    meaning = "a collective that waits this long stops the job on every rank; unset or 0 never"
+    return read_seconds(HANG_ABORT_VARIABLE, 0.0, meaning, zero_allowed=True)
+
+
+def start(rank: int, world_size: int) -> None:
     """Start this process's watchdog thread (once per process; a forked child starts its own).
 
     Raises:
-        InvalidConfigError: :data:`HANG_WARN_VARIABLE` is malformed.
+        InvalidConfigError: :data:`HANG_WARN_VARIABLE` or :data:`HANG_ABORT_VARIABLE` is malformed.
     """
     global _started_in_pid
-    threshold = hang_warn_seconds()
-    if threshold == 0 or _started_in_pid == os.getpid():
+    warn, abort = hang_warn_seconds(), hang_abort_seconds()
+    if (warn == 0 and abort == 0) or _started_in_pid == os.getpid():
         return
     _started_in_pid = os.getpid()
-    thread = threading.Thread(target=_watch, args=(rank, threshold), name="fabric-core-hang-watchdog", daemon=True)
-    thread.start()
+    watch = _Watch(rank, world_size, warn, abort)
+    threading.Thread(target=watch.run, name="fabric-core-hang-watchdog", daemon=True).start()
 
 
-def _watch(rank: int, threshold: float) -> None:
-    # A few samples per threshold: a report comes between 1x and 1.25x the threshold. At the default,
-    # the thread wakes every 5 s.
-    interval = min(max(threshold / 4, 0.05), 5.0)
-    me = threading.get_ident()
-    waiting: dict[int, tuple[FrameType, float, bool]] = {}  # thread -> (its collective's frame, since, reported)
-    while True:
-        time.sleep(interval)
-        waiting = _sample(rank, threshold, me, waiting)
+class _Watch:
+    """The thread's state: the waits seen, the store, and the requests answered."""
+
+    def __init__(self, rank: int, world_size: int, warn: float, abort: float) -> None:
+        self.rank, self.world_size, self.warn, self.abort = rank, world_size, warn, abort
+        # A few samples per threshold: a report comes between 1x and 1.25x the threshold (every 5 s at the default).
+        self.interval = min(max(min(s for s in (warn, abort) if s) / 4, 0.05), 5.0)
+        self.me = 0  # this thread, once it runs
+        self.waiting: dict[int, tuple[FrameType, float, bool]] = {}  # thread -> (collective frame, since, reported)
+        self.store: Any = None
+        self.answered = 0  # the last report request this rank answered
+
+    def run(self) -> None:
+        self.me = threading.get_ident()
+        while True:
+            time.sleep(self.interval)
+            if not dist.is_initialized():  # before the process group, or after it was destroyed
+                self.store = None
+                continue
+            self._answer_the_others()
+            self._sample()
+
+    # -- this rank's threads --------------------------------------------------------------------------------
+    def _sample(self) -> None:
+        """Look at every other thread once; report (or stop on) a collective seen waiting long enough."""
+        now = time.monotonic()
+        current: dict[int, tuple[FrameType, float, bool]] = {}
+        for ident, top in sys._current_frames().items():
+            frame = _collective_frame(top) if ident != self.me else None
+            if frame is not None:
+                previous = self.waiting.get(ident)
+                same = previous is not None and previous[0] is frame  # the same call goes on
+                current[ident] = (frame, previous[1], previous[2]) if same and previous else (frame, now, False)
+        # Only the frames of collectives are held until the next sample (which tells a call that goes on
+        # from a new call); the stacks looked at are released here.
+        self.waiting = current
+        for ident, (frame, since, reported) in current.items():
+            waited = now - since
+            if self.abort and waited >= self.abort:
+                self._stop(waited)
+            if self.warn and not reported and waited >= self.warn:
+                print(
+                    f"[fabric-core rank {self.rank}] {_waiting(frame, waited)}. The other ranks have not all "
+                    f"reached this collective. ({HANG_WARN_VARIABLE} sets when this is printed.)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                print(self._report(), file=sys.stderr, flush=True)
+                current[ident] = (frame, since, True)
+
+    def _position(self) -> tuple[str, bool]:
+        """Where this rank's main thread is, in words, and whether it waits in a collective."""
+        frames = sys._current_frames()
+        main = frames.get(threading.main_thread().ident or -1)
+        for ident, (frame, since, _) in self.waiting.items():
+            if ident in frames and _collective_frame(frames[ident]) is frame:
+                return _waiting(frame, time.monotonic() - since), True
+        if main is None:
+            return "has no main thread", False
+        collective = _collective_frame(main)
+        if collective is not None:
+            return _waiting(collective, 0.0), True
+        return _running(main), False
+
+    def _state(self) -> str:
+        where, in_collective = self._position()
+        records = [record.as_list() for record in _flight.recorded()]
+        return json.dumps(
+            {"where": where, "collective": in_collective, "records": records, "count": _flight.next_sequence()}
+        )
+
+    # -- the other ranks, through the store -----------------------------------------------------------------
+    def _connect(self) -> Any:
+        """This thread's own connection to the job's store (the main thread may be blocked on its own)."""
+        if self.store is None:
+            try:
+                store = dist.distributed_c10d._get_default_store().clone()  # type: ignore[attr-defined]
+                store.set_timeout(timedelta(seconds=max(self.interval * 2, 5.0)))
+                restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+                self.store = dist.PrefixStore(f"fabric_core/hang/{restart}/", store)  # type: ignore[attr-defined]
+            except Exception:  # the store's server (in rank 0, or the launcher) is gone
+                return None
+        return self.store
+
+    def _answer_the_others(self) -> None:
+        store = self._connect()
+        if store is None:
+            return
+        try:
+            requested = store.add("request", 0)
+            if requested > self.answered:
+                state = self._state()
+                for number in range(self.answered + 1, requested + 1):
+                    store.set(f"state/{number}/{self.rank}", state)
+                self.answered = requested
+            if self.abort and store.check(["abort"]):
+                report = store.get("abort").decode()
+                print(f"[fabric-core rank {self.rank}] stopping: {report}", file=sys.stderr, flush=True)
+                store.add("stopped", 1)
+                self._exit_together(store)
+        except Exception:
+            self.store = None  # reconnect next time (or find the store gone)
+
+    def _report(self) -> str:
+        """Ask every rank where it is and return the table.
+
+        Ranks that start waiting within one exchange of each other share one request (the first opens it,
+        the others join), so every rank answers once however many wait. In a job of more than
+        :data:`_TABLES_UP_TO` ranks only the rank that opened the request reads every answer and prints the
+        table; the others say which rank printed it.
+        """
+        title = f"[fabric-core rank {self.rank}] where every rank is:"
+        store = self._connect()
+        if store is None:
+            return f"{title} the job's store cannot be reached (its host, rank 0 or the launcher, may have died)."
+        states: dict[int, dict[str, Any]] = {}
+        window = self.interval + 2.0  # the others answer within one sampling interval
+        try:
+            number, opener = store.add("request", 0), None
+            if number and store.check([f"opened/{number}"]):
+                opener_rank, opened = store.get(f"opened/{number}").decode().split()
+                if time.time() - float(opened) < window:
+                    opener = int(opener_rank)
+            if opener is None:
+                number = store.add("request", 1)
+                store.set(f"opened/{number}", f"{self.rank} {time.time()}")
+            store.set(f"state/{number}/{self.rank}", self._state())
+            if opener is not None and opener != self.rank and self.world_size > _TABLES_UP_TO:
+                return f"[fabric-core rank {self.rank}] rank {opener} prints where every rank is."
+            keys = [f"state/{number}/{rank}" for rank in range(self.world_size)]
+            with contextlib.suppress(Exception):  # the ranks that do not answer in time are named as such
+                store.wait(keys, timedelta(seconds=window))
+            for rank, key in enumerate(keys):
+                if store.check([key]):
+                    states[rank] = json.loads(store.get(key))
+        except Exception as error:
+            self.store = None
+            if not states:
+                return f"{title} the job's store stopped answering ({_first_line(error)})."
+        return table(title, states, self.world_size)
+
+    def _stop(self, waited: float) -> None:
+        """Stop the job: the first rank to get here gathers the report, leaves it for the others, and exits."""
+        store = self._connect()
+        if store is not None:
+            try:
+                if store.compare_set("stopping", "", str(self.rank)).decode() != str(self.rank):
+                    return  # another rank stops the job; this one answers it, then reads its report
+            except Exception:
+                store = None
+        report = (
+            f"a collective waited {waited:.0f} s on rank {self.rank} ({HANG_ABORT_VARIABLE}={self.abort:g}), so the "
+            f"job stops on every rank.\n{self._report()}"
+        )
+        print(f"[fabric-core rank {self.rank}] stopping: {report}", file=sys.stderr, flush=True)
+        if store is not None:
+            try:
+                store.set("abort", report)
+                store.add("stopped", 1)
+            except Exception:
+                pass
+            self._exit_together(store)
+        os._exit(ABORT_EXIT_CODE)
+
+    def _exit_together(self, store: Any) -> None:
+        """Exit once every rank has read the report (or after one more interval): the first rank to exit closes
+        its connections, which ends the others' collectives with errors of their own that would bury the report,
+        and the store may live in this process (rank 0's)."""
+        deadline = time.monotonic() + self.interval + 2.0
+        try:
+            while store.add("stopped", 0) < self.world_size and time.monotonic() < deadline:
+                time.sleep(0.02)
+        except Exception:
+            pass
+        os._exit(ABORT_EXIT_CODE)
 
 
-def _sample(
-    rank: int, threshold: float, me: int, waiting: dict[int, tuple[FrameType, float, bool]]
-) -> dict[int, tuple[FrameType, float, bool]]:
-    """Look at every other thread once; report a collective seen waiting for ``threshold`` s."""
-    # A function of its own so that the stacks looked at are released on return: only the frames of
-    # collectives are held until the next sample (which tells a call that goes on from a new call).
-    now = time.monotonic()
-    current: dict[int, tuple[FrameType, float, bool]] = {}
-    for ident, top in sys._current_frames().items():
-        if ident == me:
+def table(title: str, states: dict[int, dict[str, Any]], world_size: int) -> str:
+    """The report: one row per rank (its position and last calls), then the cause."""
+    histories = {rank: [_flight.Record(*r) for r in state["records"]] for rank, state in states.items()}
+    counts = {rank: int(state["count"]) for rank, state in states.items()}
+    where = {rank: str(state["where"]) for rank, state in states.items()}
+    in_collective = {rank: bool(state["collective"]) for rank, state in states.items()}
+    unreachable = [rank for rank in range(world_size) if rank not in states]
+    lines = [title]
+    for rank in range(world_size):
+        if rank not in states:
+            lines.append(f"  rank {rank}: did not answer (dead, or stuck where Python cannot run)")
             continue
-        frame = _collective_frame(top)
-        if frame is None:
-            continue
-        previous = waiting.get(ident)
-        since, reported = (previous[1], previous[2]) if previous is not None and previous[0] is frame else (now, False)
-        if not reported and now - since >= threshold:
-            print(_describe(rank, frame, now - since), file=sys.stderr, flush=True)
-            reported = True
-        current[ident] = (frame, since, reported)
-    return current
+        lines.append(f"  rank {rank}: {where[rank]}")
+        shown = histories[rank][-_SHOWN:]
+        calls = " | ".join(" ".join(filter(None, (f"#{r.seq} {r.call}", str(r.what or ""), r.site()))) for r in shown)
+        lines.append(f"      last calls: {calls or 'none'}")
+    lines.append("  cause: " + _flight.explain(histories, counts, where, in_collective, unreachable))
+    return "\n".join(lines)
 
 
 def _collective_frame(top: FrameType) -> FrameType | None:
-    """The outermost ``torch.distributed`` collective frame if the thread waits in one, else None."""
+    """The outermost ``torch.distributed`` collective frame if the thread waits in one (or the frame of the
+    exit handler's meeting of the ranks, which waits on the store), else None."""
+    if top.f_code is _EXIT_MEETING:
+        return top
     if not top.f_globals.get("__name__", "").startswith("torch.distributed"):
         return None
     found = None
@@ -100,7 +309,8 @@ def _collective_frame(top: FrameType) -> FrameType | None:
     return found
 
 
-def _describe(rank: int, collective: FrameType, waited: float) -> str:
+def _waiting(collective: FrameType, waited: float) -> str:
+    """``waiting 62 s in `barrier` (ParallelStrategy.barrier -> torch.distributed.barrier), called from f:10``."""
     entry = ""
     frame = collective.f_back
     while frame is not None:
@@ -110,11 +320,24 @@ def _describe(rank: int, collective: FrameType, waited: float) -> str:
         elif package != "torch":
             break
         frame = frame.f_back
-    caller = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "fabric-core's exit handler"
     name = collective.f_code.co_name
+    if frame is None:
+        return f"waiting {waited:.0f} s in fabric-core's exit handler: the script has returned"
     where = f"`{entry.split('.')[-1]}` ({entry} -> torch.distributed.{name})" if entry else f"`{name}`"
-    return (
-        f"[fabric-core rank {rank}] waiting {waited:.0f} s in {where}, called from {caller}. The other ranks "
-        "have not all reached this collective: one may be stuck elsewhere, may have failed, or may call "
-        f"collectives in another order. ({HANG_WARN_VARIABLE} sets when this is printed.)"
-    )
+    return f"waiting {waited:.0f} s in {where}, called from {_flight.short(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _running(top: FrameType) -> str:
+    """``not in a collective: running f.py:15 (in `loop`)``, with the user's line when the top is a library."""
+    here = f"{_flight.short(top.f_code.co_filename)}:{top.f_lineno} (in `{top.f_code.co_qualname}`)"
+    user: FrameType | None = top
+    while user is not None and user.f_globals.get("__name__", "").split(".")[0].startswith(("fabric_core", "torch")):
+        user = user.f_back
+    if user is top or user is None:
+        return f"not in a collective: running {here}"
+    return f"not in a collective: in {here}, called from {_flight.short(user.f_code.co_filename)}:{user.f_lineno}"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

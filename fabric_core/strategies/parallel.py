@@ -21,7 +21,7 @@ from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOpt
 from fabric_core.launchers.launcher import START_METHODS
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-from fabric_core.strategies import _collectives, _exit, _rendezvous, _watchdog
+from fabric_core.strategies import _agreement, _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, PARALLEL_WIRING_ORDER, ParallelWiring, Placement, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
@@ -369,7 +369,8 @@ class ParallelStrategy(Strategy):
             f"All distributed processes registered. Starting with {world_size} processes\n{'-' * 100}\n"
         )
         self._device_for_collectives = self.root_device
-        _watchdog.start(self.global_rank)
+        _agreement.configure()
+        _watchdog.start(self.global_rank, world_size)
         if not self._exit_hook_registered:
             # A process that exits with its process group alive can abort in gloo's destructors
             # ("terminate called without an active exception"); finished jobs must exit 0.
@@ -436,16 +437,19 @@ class ParallelStrategy(Strategy):
         return result
 
     def barrier(self, name: str | None = None, *args: Any, **kwargs: Any) -> None:
-        """Wait until every process reaches this point (``name`` only labels it for debugging).
+        """Wait until every process reaches this point; ranks at barriers of different names fail at once.
 
-        Extra arguments are accepted and ignored, as Lightning's strategies do.
+        The barrier is a small ``all_gather`` of a code of ``name``: when the codes differ, every rank raises
+        :class:`~fabric_core.errors.CollectiveMismatchError` naming each rank's barrier and line, instead of
+        passing each other (unnamed barriers agree with each other, as in Lightning). Extra arguments are
+        accepted and ignored, as Lightning's strategies do.
+
+        Raises:
+            CollectiveMismatchError: The ranks reached barriers of different names.
         """
         if not _distributed():
             return
-        if dist.get_backend() == "nccl":
-            dist.barrier(device_ids=[self.root_device.index or 0])
-        else:
-            dist.barrier()
+        _agreement.meet(name, self._collective_device())
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Combine one boolean per process: ``all`` of them, else any of them."""
