@@ -6,6 +6,8 @@ variable; before the checks each of these hung until the 30-minute rendezvous ti
 
 from __future__ import annotations
 
+import re
+
 import os
 import sys
 import time
@@ -98,7 +100,8 @@ def test_a_malformed_collective_check_switch_is_an_error_naming_it(monkeypatch: 
     from fabric_core.strategies import _agreement
 
     monkeypatch.setenv("FABRIC_CORE_CHECK_COLLECTIVES", raw)
-    with pytest.raises(InvalidConfigError, match=f"FABRIC_CORE_CHECK_COLLECTIVES='{raw}' is not a boolean") as caught:
+    expected = re.escape(f"FABRIC_CORE_CHECK_COLLECTIVES='{raw}' is not a boolean")
+    with pytest.raises(InvalidConfigError, match=expected) as caught:
         _agreement.configure()
     assert caught.value.argument == "FABRIC_CORE_CHECK_COLLECTIVES"
     assert not _agreement.checking
