@@ -6,9 +6,8 @@ variable; before the checks each of these hung until the 30-minute rendezvous ti
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import sys
 import time
 from pathlib import Path
