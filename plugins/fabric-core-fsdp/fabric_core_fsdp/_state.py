@@ -349,7 +349,7 @@ def _load_sharded(
 ) -> dict[str, Any]:
     """Restore ``state`` from the sharded folder at ``path``, every rank from the same checkpoint.
 
-    Each rank opens the folder once and reads every file through it (:class:`OpenFolder`), so each rank
+    Each rank opens the folder once and reads every file through it (:func:`open_folder`), so each rank
     reads one folder even while another process replaces it. That the ranks opened the same one is then
     checked, collectively, by the save's unique id in ``.metadata`` (the same on every node whatever the
     filesystem calls its inodes): if they differ, or a rank's folder was deleted before it opened all its

@@ -46,7 +46,7 @@ def load_while_replaced(fabric: Fabric, model: Any, out: Path, keep_replaced: bo
         fabric.save(path, {"model": model, "version": version})
     _fill(model, 0.0)
     opens = 0
-    real_open = _state.OpenFolder
+    real_open = _state.open_folder
 
     def open_folder(path: Path) -> Any:
         nonlocal opens
@@ -70,12 +70,12 @@ def load_while_replaced(fabric: Fabric, model: Any, out: Path, keep_replaced: bo
         replaced.touch()
         return real_open(path)
 
-    _state.OpenFolder = open_folder  # type: ignore[assignment,misc]
+    _state.open_folder = open_folder
     try:
         state: dict[str, Any] = {"model": model, "version": 0}
         fabric.load(target, state)
     finally:
-        _state.OpenFolder = real_open  # type: ignore[misc]
+        _state.open_folder = real_open
     values = {float(v) for p in model.parameters() for v in p.to_local().flatten().tolist()}
     return {"version": state["version"], "values": sorted(values), "opens": opens}
 
