@@ -23,7 +23,7 @@ from torch import nn
 __all__ = ["collect"]
 
 WORLD_SIZE = 2
-ROWS = ("ddp_steps", "all_reduce_1", "all_gather_dict3")
+ROWS = ("ddp_steps", "all_reduce_1", "all_gather_dict3", "flight_recorder", "collective_check")
 STEPS_PER_BLOCK = 20
 #: Calls per timed block, about 10 ms each: a single call takes tens to hundreds of microseconds, at the mercy
 #: of when the other rank wakes.
@@ -124,6 +124,34 @@ def _all_gather(frameworks: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     return calls
 
 
+def _core_switches(fabric: Any) -> dict[str, dict[str, Callable[[], Any]]]:
+    """``fabric.all_reduce`` of one element with fabric-core's diagnostics off (RAW) and on (CORE).
+
+    ``flight_recorder``: the recorder replaced by a function that keeps nothing, against the real one (always
+    on in use). ``collective_check``: ``FABRIC_CORE_CHECK_COLLECTIVES`` off, against on (set here as the
+    switch's reader sets it). Both ranks switch together: they run the rounds in the same order.
+    """
+    from fabric_core.strategies import _agreement, _flight
+
+    tensor = torch.ones(1)
+    real_record = _flight.record
+
+    def with_record(record: Callable[..., Any], check: bool) -> Callable[[], Any]:
+        def call() -> Any:
+            _flight.record, _agreement.checking = record, check
+            try:
+                return fabric.all_reduce(tensor, reduce_op="sum")
+            finally:
+                _flight.record, _agreement.checking = real_record, False
+
+        return call
+
+    return {
+        "flight_recorder": {RAW: with_record(lambda *_: None, False), CORE: with_record(real_record, False)},
+        "collective_check": {RAW: with_record(real_record, False), CORE: with_record(real_record, True)},
+    }
+
+
 def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> None:
     act_as_torchrun_rank(rank, WORLD_SIZE, port)
     torch.set_num_threads(1)
@@ -177,6 +205,37 @@ def _worker(rank: int, port: int, quick: bool, rows: list[str], out: str) -> Non
                 note=f"{GATHERS_PER_BLOCK} calls per timed block; Accelerate: `gather(dict)`. {note}".strip(),
             )
         )
+    if CORE in frameworks and {"flight_recorder", "collective_check"} & set(rows):
+        switches = _core_switches(frameworks[CORE])
+        described = {
+            "flight_recorder": (
+                "fabric.all_reduce of 1 element with the flight recorder, x the same call without it, time",
+                Goal("<=", 1.02),
+                "recorder replaced by a function that keeps nothing",
+                "fabric.all_reduce(t), flight recorder on (as always)",
+            ),
+            "collective_check": (
+                "fabric.all_reduce of 1 element with FABRIC_CORE_CHECK_COLLECTIVES=1, x without, time",
+                None,
+                "fabric.all_reduce(t), check off",
+                "fabric.all_reduce(t), check on (one more small all_gather per call)",
+            ),
+        }
+        for seed, key in enumerate(("flight_recorder", "collective_check"), start=7):
+            if key not in rows:
+                continue
+            title, goal, raw_label, core_label = described[key]
+            measures = {name: (lambda c=call: _timed(c, REDUCES_PER_BLOCK)) for name, call in switches[key].items()}
+            results.append(
+                row_result(
+                    key,
+                    title,
+                    interleave(measures, rounds=3 * rounds, seed=seed),
+                    goal=goal,
+                    labels={RAW: raw_label, CORE: core_label},
+                    note=f"{REDUCES_PER_BLOCK} calls per timed block, fabric-core only.",
+                )
+            )
     hand_back(rank, out, results)
 
 
@@ -188,6 +247,7 @@ def collect(quick: bool, rows: set[str] | None = None) -> list[RowResult]:
         rows: Row keys to measure (``None``: all of this module's).
 
     Returns:
-        ``ddp_steps``, ``all_reduce_1`` and ``all_gather_dict3`` (those selected).
+        ``ddp_steps``, ``all_reduce_1``, ``all_gather_dict3``, ``flight_recorder`` and ``collective_check``
+        (those selected).
     """
     return spawn_rows(_worker, WORLD_SIZE, quick, rows, ROWS)

@@ -47,9 +47,9 @@ class Collectives:
     def _record(self, call: str, what: Any = None) -> None:
         """Keep this call in the flight recorder (for hang reports); with the collective check on, compare it
         with every rank's first."""
-        entry = _flight.record(call, what)
+        _flight.record(call, what)
         if _agreement.checking:
-            _agreement.check_call(entry, self._strategy)
+            _agreement.check_call(_flight.last(), self._strategy)
 
     def _launched_strategy(self) -> Strategy:
         """The strategy, once :meth:`_validate_launched` passed: how every collective starts."""

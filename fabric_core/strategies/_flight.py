@@ -28,6 +28,7 @@ __all__ = [
     "caller",
     "describe",
     "explain",
+    "last",
     "next_sequence",
     "record",
     "recorded",
@@ -65,7 +66,7 @@ class Record(NamedTuple):
         return [self.seq, self.call, describe(self.what), self.file, self.line]
 
 
-_records: deque[Record] = deque(maxlen=SIZE)
+_records: deque[tuple[int, str, Any, str, int]] = deque(maxlen=SIZE)
 _count = 0
 
 
@@ -91,22 +92,27 @@ def caller(depth: int = 2) -> tuple[str, int]:
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("<unknown>", 0)
 
 
-def record(call: str, what: Any = None) -> Record:
+def record(call: str, what: Any = None) -> None:
     """Record a call of ``Fabric.<call>`` made from the user's code (call this first thing in the method).
 
     ``what`` must be cheap and immutable: a tensor's ``(dtype, shape)`` (see :func:`tensor_summary`) or a
-    short string (``"'eval'"`` for a barrier's name, ``"src=0"``).
+    short string (``"'eval'"`` for a barrier's name, ``"src=0"``). The hot path of every collective: a plain
+    tuple is kept, and :func:`recorded` makes records of them.
     """
     global _count
-    frame = user_frame(sys._getframe(2))
-    entry = (
-        Record(_count, call, what, frame.f_code.co_filename, frame.f_lineno)
-        if frame is not None
-        else Record(_count, call, what, "<unknown>", 0)
-    )
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(_OURS):
+        frame = frame.f_back
+    if frame is None:
+        _records.append((_count, call, what, "<unknown>", 0))
+    else:
+        _records.append((_count, call, what, frame.f_code.co_filename, frame.f_lineno))
     _count += 1
-    _records.append(entry)
-    return entry
+
+
+def last() -> Record:
+    """The newest record (of the call being made, right after :func:`record`)."""
+    return Record._make(_records[-1])
 
 
 def next_sequence() -> int:
@@ -118,7 +124,7 @@ def recorded() -> list[Record]:
     """The kept records, oldest first (safe to call from another thread)."""
     for _ in range(10):
         try:
-            return list(_records)
+            return [Record._make(entry) for entry in list(_records)]
         except RuntimeError:  # appended to while being copied
             continue
     return []
