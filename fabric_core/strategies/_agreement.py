@@ -34,8 +34,13 @@ CHECK_VARIABLE: Final = "FABRIC_CORE_CHECK_COLLECTIVES"
 INTERNAL_BARRIERS: Final = {"fabric.save": "fabric.save", "fabric.load": "fabric.load"}
 
 checking = False
-# torch 2.13 renamed `all_gather_into_tensor` (which now warns) to `all_gather_single`.
-_gather_into: Final = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _gather_into(output: torch.Tensor, mine: torch.Tensor) -> None:
+    # torch 2.13 renamed `all_gather_into_tensor` (which now warns) to `all_gather_single`. Looked up when
+    # called: a torch built without torch.distributed must still import this module.
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(output, mine)
 
 
 def configure() -> None:
