@@ -36,7 +36,17 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         "rows_steps",
         ("construct_warm", "steps_tiny_fp32", "steps_tiny_bf16", "steps_mlp_fp32", "steps_mlp_bf16"),
     ),
-    "ddp": ("rows_ddp", ("ddp_steps", "all_reduce_1", "all_gather_dict3", "flight_recorder", "collective_check")),
+    "ddp": (
+        "rows_ddp",
+        (
+            "ddp_steps",
+            "all_reduce_1",
+            "all_gather_dict3",
+            "flight_recorder",
+            "flight_recorder_call",
+            "collective_check",
+        ),
+    ),
     "checkpoint": ("rows_checkpoint", ("ckpt_save", "ckpt_save_nosync", "ckpt_load")),
     "observe": ("rows_observe", ("steps_mlp_watched",)),
     "recovery": ("rows_recovery", ("recovery",)),

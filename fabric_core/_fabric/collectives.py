@@ -129,7 +129,10 @@ class Collectives:
         """
         if not self._launched:  # `_launched_strategy`, inlined: a metric's all_reduce runs every step
             self._validate_launched()
-        self._record("all_reduce", _flight.tensor_summary(data))
+        # `_record`, inlined: the recorder is on the path of every metric's reduction.
+        _flight.record("all_reduce", (data.dtype, data.shape) if isinstance(data, Tensor) else type(data).__name__)
+        if _agreement.checking:
+            _agreement.check_call(_flight.last(), self._strategy)
         strategy = self._strategy
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_reduce(data, group=group, reduce_op=reduce_op)
