@@ -97,7 +97,7 @@ def meet(name: str | None, device: torch.device) -> None:
     if not _disagree([_code(name)], device):
         return
     file, line = _flight.caller(depth=3)
-    calls = _every_ranks(f"{_barrier_text(name)} ({file}:{line})")
+    calls = _every_ranks(f"{_barrier_text(name)} ({_flight.short(file)}:{line})")
     raise CollectiveMismatchError(
         f"The ranks reached different barriers: {_grouped(calls)}. Every rank must reach the same barriers in the "
         "same order; a call that ends in a barrier (`fabric.save`, `fabric.load`) must be made on every rank.",
