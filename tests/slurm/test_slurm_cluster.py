@@ -211,6 +211,21 @@ def test_srun_two_tasks_train_to_the_digest_of_fabric_core_run(
     assert (directory / "step-00000030" / MARKER).is_file()
 
 
+def assert_preempted_once_and_resumed(
+    out: str, fields: dict[str, str], signal: str, exit_line: str, directory: Path, first_step: int, digest: str
+) -> int:
+    """The job completed after one requeue; one run saved at ``signal`` and said ``exit_line``; the next resumed
+    from that step and ended with ``digest``. Returns the step."""
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
+    preempted = re.findall(rf"^preempted by {signal} at step (\d+): saved (\S+), {exit_line}$", out, re.MULTILINE)
+    assert len(preempted) == 1, out[-3000:]
+    step, saved = int(preempted[0][0]), Path(preempted[0][1])
+    assert first_step <= step < 30 and saved == directory / f"step-{step:08d}"
+    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
+    assert final_digest(out) == digest
+    return step
+
+
 @pytest.mark.timeout(3 * DEADLINE_S)
 def test_usr1_saves_requeues_the_job_and_the_requeued_job_resumes_to_the_uninterrupted_digest(
     tmp_path: Path, job_name: str, uninterrupted_digest: str
@@ -229,16 +244,9 @@ def test_usr1_saves_requeues_the_job_and_the_requeued_job_resumes_to_the_uninter
     fields = wait_until_final(job_id, deadline)
     out = output.read_text()
 
-    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
     assert re.findall(r"^batch run (\d+)$", out, re.MULTILINE) == ["0", "1"], out[-3000:]
-    preempted = re.findall(
-        r"^preempted by SIGUSR1 at step (\d+): saved (\S+), requeued the job, exiting with code 0$", out, re.MULTILINE
-    )
-    assert len(preempted) == 1, out[-3000:]
-    step, saved = int(preempted[0][0]), Path(preempted[0][1])
-    assert 5 <= step < 30 and saved == directory / f"step-{step:08d}"
-    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
-    assert final_digest(out) == uninterrupted_digest
+    requeued = "requeued the job, exiting with code 0"
+    assert_preempted_once_and_resumed(out, fields, "SIGUSR1", requeued, directory, 5, uninterrupted_digest)
 
 
 @pytest.mark.timeout(DEADLINE_S + 30)
@@ -271,16 +279,9 @@ def test_usr2_sent_by_slurms_signal_option_saves_requeues_and_resumes_to_the_uni
     fields = wait_until_final(job_id, time.monotonic() + 2 * DEADLINE_S)
     out = output.read_text()
 
-    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
     assert re.findall(r"^batch run (\d+)$", out, re.MULTILINE) == ["0", "1"], out[-3000:]
-    preempted = re.findall(
-        r"^preempted by SIGUSR2 at step (\d+): saved (\S+), requeued the job, exiting with code 0$", out, re.MULTILINE
-    )
-    assert len(preempted) == 1, out[-3000:]
-    step, saved = int(preempted[0][0]), Path(preempted[0][1])
-    assert 0 < step < 30 and saved == directory / f"step-{step:08d}"
-    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
-    assert final_digest(out) == uninterrupted_digest
+    requeued = "requeued the job, exiting with code 0"
+    assert_preempted_once_and_resumed(out, fields, "SIGUSR2", requeued, directory, 1, uninterrupted_digest)
 
 
 @pytest.mark.timeout(3 * DEADLINE_S)
@@ -310,16 +311,9 @@ def test_without_scontrol_in_the_tasks_the_run_saves_exits_140_and_the_documente
     fields = wait_until_final(job_id, deadline)
     out = output.read_text()
 
-    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("COMPLETED", "0:0", "1"), out[-3000:]
     # Rank 0 says why it did not requeue; every rank exits with 128 + 12, and so does srun.
     assert out.count(f"fabric-core: cannot requeue job {job_id}: `scontrol` is not on the PATH") == 1, out[-3000:]
-    preempted = re.findall(
-        r"^preempted by SIGUSR2 at step (\d+): saved (\S+), exiting with code 140$", out, re.MULTILINE
-    )
-    assert len(preempted) == 1, out[-3000:]
-    step, saved = int(preempted[0][0]), Path(preempted[0][1])
-    assert 5 <= step < 30 and saved == directory / f"step-{step:08d}"
     # The batch script saw srun exit with 140 and requeued the job; the requeued run resumed and finished.
     assert out.count(f"saved at SIGUSR2: requeueing job {job_id} from the batch script") == 1, out[-3000:]
-    assert re.findall(r"^resumed at step (\d+)$", out, re.MULTILINE) == [str(step)], out[-3000:]
-    assert final_digest(out) == uninterrupted_digest
+    exited = "exiting with code 140"
+    assert_preempted_once_and_resumed(out, fields, "SIGUSR2", exited, directory, 5, uninterrupted_digest)
