@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -10,7 +10,10 @@ from torch import Tensor, nn
 from fabric_core import Fabric
 from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.precision.precision import Precision
+from fabric_core.strategies.strategy import Strategy
 from fabric_core_fsdp import FSDPStrategy
+
+T = TypeVar("T", bound=Strategy)
 
 
 class Block(nn.Module):
@@ -60,11 +63,9 @@ def max_difference(sharded: nn.Module, reference: nn.Module) -> float:
     return worst
 
 
-def connected_strategy(fabric: Fabric, precision: Precision | None = None, **options: Any) -> FSDPStrategy:
-    """A second FSDP strategy in the processes of ``fabric`` (whose process group exists already)."""
-    main = fabric.strategy
-    assert isinstance(main, FSDPStrategy)
-    strategy = FSDPStrategy(**options)
+def connect_like(fabric: Fabric, strategy: T, precision: Precision | None = None) -> T:
+    """Connect ``strategy`` to the accelerator, cluster environment and devices of ``fabric``'s strategy."""
+    main: Any = fabric.strategy
     strategy.connect(
         accelerator=fabric.accelerator,
         precision=precision or Precision(),
@@ -73,5 +74,12 @@ def connected_strategy(fabric: Fabric, precision: Precision | None = None, **opt
         parallel_devices=main.parallel_devices or [],
         num_nodes=1,
     )
+    return strategy
+
+
+def connected_strategy(fabric: Fabric, precision: Precision | None = None, **options: Any) -> FSDPStrategy:
+    """A second FSDP strategy in the processes of ``fabric`` (whose process group exists already)."""
+    assert isinstance(fabric.strategy, FSDPStrategy)
+    strategy = connect_like(fabric, FSDPStrategy(**options), precision)
     strategy.setup_environment()
     return strategy

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import Block, batches, half, loss_fn, make_model
+from _common import Block, batches, connect_like, half, loss_fn, make_model
 from torch.distributed.tensor import distribute_tensor
 
 from fabric_core import Fabric, spec
-from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.io.async_io import AsyncCheckpointIO
-from fabric_core.precision.precision import Precision
 from fabric_core.run_checkpoints import RunCheckpoints
 from fabric_core_fsdp import FSDPStrategy, ModelParallelStrategy
 
@@ -54,20 +52,12 @@ def scramble(model: Any) -> None:
 
 def full_strategy(fabric: Fabric, name: str) -> Any:
     """The same strategy writing one full file (rank 0), connected as Fabric connected the job's."""
-    strategy: Any = fabric.strategy
     full = (
         FSDPStrategy(state_dict_type="full")
         if name == "fsdp"
         else ModelParallelStrategy(parallelize, save_distributed_checkpoint=False)
     )
-    full.connect(
-        accelerator=fabric.accelerator,
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=strategy.cluster_environment or LightningEnvironment(),
-        parallel_devices=strategy.parallel_devices or [],
-        num_nodes=1,
-    )
+    connect_like(fabric, full)
     return full
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import batches, loss_fn, max_difference
+from _common import batches, connect_like, loss_fn, max_difference
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
@@ -20,8 +20,6 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from fabric_core import Fabric, spec
-from fabric_core.environments.lightning import LightningEnvironment
-from fabric_core.precision.precision import Precision
 from fabric_core_fsdp import ModelParallelStrategy
 
 
@@ -66,15 +64,7 @@ def main(fabric: Fabric, outdir: str) -> None:
 
     folder = Path(outdir, "sharded")
     fabric.save(folder, {"model": model, "optimizer": optimizer, "step": 3})
-    full = ModelParallelStrategy(parallelize, save_distributed_checkpoint=False)
-    full.connect(
-        accelerator=fabric.accelerator,
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=strategy.cluster_environment or LightningEnvironment(),
-        parallel_devices=strategy.parallel_devices or [],
-        num_nodes=1,
-    )
+    full = connect_like(fabric, ModelParallelStrategy(parallelize, save_distributed_checkpoint=False))
     full.save_checkpoint(Path(outdir, "full.pt"), {"model": model, "optimizer": optimizer, "step": 3})
     if fabric.is_global_zero:
         torch.save(
