@@ -96,7 +96,7 @@ def meet(name: str | None, device: torch.device) -> None:
     """
     if not _disagree([_code(name)], device):
         return
-    file, line = _flight.caller(depth=3)
+    file, line = _flight.caller()
     calls = _every_ranks(f"{_barrier_text(name)} ({_flight.short(file)}:{line})")
     raise CollectiveMismatchError(
         f"The ranks reached different barriers: {_grouped(calls)}. Every rank must reach the same barriers in the "

@@ -17,6 +17,7 @@ __all__ = [
     "bounded_barrier",
     "exit_timeout",
     "failed",
+    "first_line",
     "record_failure",
     "watch_uncaught_exceptions",
 ]
@@ -78,7 +79,7 @@ def bounded_barrier(timeout: timedelta) -> bool:
             f"[fabric-core rank {rank}] the ranks did not all reach the end of the job within "
             f"{timeout.total_seconds():g} s ({EXIT_TIMEOUT_VARIABLE}); closing without them. "
             f"A rank that did not arrive is stuck (e.g. in a collective the others never issue) or failed. "
-            f"Cause: {_first_line(error)}",
+            f"Cause: {first_line(error)}",
             file=sys.stderr,
             flush=True,
         )
@@ -107,6 +108,7 @@ def _arrived(store: Any, key: str) -> bool:
         return False
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, or its type's name when it has none."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -86,9 +86,9 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
     return frame
 
 
-def caller(depth: int = 2) -> tuple[str, int]:
-    """The user's file and line, looking up from ``depth`` frames above this function's caller."""
-    frame = user_frame(sys._getframe(depth))
+def caller() -> tuple[str, int]:
+    """The user's file and line: the first frame outside fabric-core above this function's caller."""
+    frame = user_frame(sys._getframe(1))
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("<unknown>", 0)
 
 
@@ -100,9 +100,7 @@ def record(call: str, what: Any = None) -> None:
     tuple is kept, and :func:`recorded` makes records of them.
     """
     global _count
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(_OURS):
-        frame = frame.f_back
+    frame = user_frame(sys._getframe(2))
     if frame is None:
         _records.append((_count, call, what, "<unknown>", 0))
     else:

@@ -137,13 +137,11 @@ class _Watch:
             if self.abort and waited >= self.abort:
                 self._stop(waited)
             if self.warn and not reported and waited >= self.warn:
-                print(
+                _say(
                     f"[fabric-core rank {self.rank}] {_waiting(frame, waited)}. The other ranks have not all "
-                    f"reached this collective. ({HANG_WARN_VARIABLE} sets when this is printed.)",
-                    file=sys.stderr,
-                    flush=True,
+                    f"reached this collective. ({HANG_WARN_VARIABLE} sets when this is printed.)"
                 )
-                print(self._report(), file=sys.stderr, flush=True)
+                _say(self._report())
                 current[ident] = (frame, since, True)
 
     def _position(self) -> tuple[str, bool]:
@@ -192,10 +190,7 @@ class _Watch:
                     store.set(f"state/{number}/{self.rank}", state)
                 self.answered = requested
             if self.abort and store.check(["abort"]):
-                report = store.get("abort").decode()
-                print(f"[fabric-core rank {self.rank}] stopping: {report}", file=sys.stderr, flush=True)
-                store.add("stopped", 1)
-                self._exit_together(store)
+                self._leave(store, store.get("abort").decode())
         except Exception:
             self.store = None  # reconnect next time (or find the store gone)
 
@@ -234,7 +229,7 @@ class _Watch:
         except Exception as error:
             self.store = None
             if not states:
-                return f"{title} the job's store stopped answering ({_first_line(error)})."
+                return f"{title} the job's store stopped answering ({_exit.first_line(error)})."
         return table(title, states, self.world_size)
 
     def _stop(self, waited: float) -> None:
@@ -250,26 +245,22 @@ class _Watch:
             f"a collective waited {waited:.0f} s on rank {self.rank} ({HANG_ABORT_VARIABLE}={self.abort:g}), so the "
             f"job stops on every rank.\n{self._report()}"
         )
-        print(f"[fabric-core rank {self.rank}] stopping: {report}", file=sys.stderr, flush=True)
         if store is not None:
-            try:
+            with contextlib.suppress(Exception):
                 store.set("abort", report)
-                store.add("stopped", 1)
-            except Exception:
-                pass
-            self._exit_together(store)
-        os._exit(ABORT_EXIT_CODE)
+        self._leave(store, report)
 
-    def _exit_together(self, store: Any) -> None:
-        """Exit once every rank has read the report (or after one more interval): the first rank to exit closes
-        its connections, which ends the others' collectives with errors of their own that would bury the report,
-        and the store may live in this process (rank 0's)."""
+    def _leave(self, store: Any, report: str) -> None:
+        """Print ``report`` as this rank's error and exit once every rank has read it (or after one more
+        interval): the first rank to exit closes its connections, which ends the others' collectives with errors
+        of their own that would bury the report, and the store may live in this process (rank 0's)."""
+        _say(f"[fabric-core rank {self.rank}] stopping: {report}")
         deadline = time.monotonic() + self.interval + 2.0
-        try:
-            while store.add("stopped", 0) < self.world_size and time.monotonic() < deadline:
-                time.sleep(0.02)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):
+            if store is not None:
+                store.add("stopped", 1)
+                while store.add("stopped", 0) < self.world_size and time.monotonic() < deadline:
+                    time.sleep(0.02)
         os._exit(ABORT_EXIT_CODE)
 
 
@@ -291,6 +282,14 @@ def table(title: str, states: dict[int, dict[str, Any]], world_size: int) -> str
         lines.append(f"      last calls: {calls or 'none'}")
     lines.append("  cause: " + _flight.explain(histories, counts, where, in_collective, unreachable))
     return "\n".join(lines)
+
+
+def _say(text: str) -> None:
+    """``text`` and its line end on stderr in one write: every rank of a job shares the stream, and ``print``
+    writes the line end apart, so another rank's line could start on the last line of a report (and a write
+    of up to PIPE_BUF bytes to a pipe is never interleaved)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _collective_frame(top: FrameType) -> FrameType | None:
@@ -336,8 +335,3 @@ def _running(top: FrameType) -> str:
     if user is top or user is None:
         return f"not in a collective: running {here}"
     return f"not in a collective: in {here}, called from {_flight.short(user.f_code.co_filename)}:{user.f_lineno}"
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
