@@ -98,7 +98,7 @@ def init_process_group(
             f"processes were not started, started with other values, or failed.{absent} This process has "
             f"{_placement()}. ({type(error).__name__}: {_first_line(error)})"
         ) from error
-    if meeting < timeout:
+    if meeting < timeout and dist.is_initialized():  # not when a test mocks init_process_group
         # The meeting is over: collectives (and NCCL's lazy connection setup, through the store) get the
         # job's timeout, not the rendezvous one.
         dist.distributed_c10d._set_pg_timeout(timeout)

@@ -15,6 +15,10 @@ sees it within one interval, prints it and exits too, instead of waiting for the
 
 The collectives themselves do nothing for this, so the hot path (``all_reduce`` of a tensor) costs what it
 did; the thread's cost is one store round trip per interval (5 s at the default threshold).
+
+The thread lives as long as what it watches: it starts only once a process group exists, ends within one
+interval once that group is destroyed, and at once on :func:`stop` (the strategy's teardown) or on its own
+``stop()`` (what test suites that look for leftover threads call on a daemon thread, Lightning's among them).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "hang_abort_seconds",
     "hang_warn_seconds",
     "start",
+    "stop",
 ]
 
 #: Seconds a collective may wait before every waiting rank prints where every rank is; ``0`` turns this off.
@@ -58,7 +63,8 @@ _TABLES_UP_TO: Final = 16
 #: How many of each rank's last calls the report shows.
 _SHOWN: Final = 4
 
-_started_in_pid: int | None = None
+_lock: Final = threading.Lock()
+_thread: _WatchdogThread | None = None
 
 
 def hang_warn_seconds() -> float:
@@ -82,18 +88,59 @@ def hang_abort_seconds() -> float:
 
 
 def start(rank: int, world_size: int) -> None:
-    """Start this process's watchdog thread (once per process; a forked child starts its own).
+    """Start this process's watchdog thread (one per process; a forked child starts its own). Nothing starts
+    without a process group (as when a test mocks ``init_process_group``).
 
     Raises:
         InvalidConfigError: :data:`HANG_WARN_VARIABLE` or :data:`HANG_ABORT_VARIABLE` is malformed.
     """
-    global _started_in_pid
+    global _thread
     warn, abort = hang_warn_seconds(), hang_abort_seconds()
-    if (warn == 0 and abort == 0) or _started_in_pid == os.getpid():
+    if (warn == 0 and abort == 0) or not dist.is_initialized():
         return
-    _started_in_pid = os.getpid()
-    watch = _Watch(rank, world_size, warn, abort)
-    threading.Thread(target=watch.run, name="fabric-core-hang-watchdog", daemon=True).start()
+    with _lock:
+        running = _thread
+        if running is not None and running.pid == os.getpid() and running.is_alive() and not running.stopping:
+            return
+        _thread = _WatchdogThread(_Watch(rank, world_size, warn, abort))
+        _thread.start()
+
+
+def stop() -> None:
+    """End this process's watchdog thread, if one runs, and wait for it (the process group is gone)."""
+    with _lock:
+        running = _thread
+    if running is not None and running.pid == os.getpid():
+        running.stop()
+
+
+class _WatchdogThread(threading.Thread):
+    """The daemon thread that runs a :class:`_Watch` until it is stopped or its process group is destroyed.
+    ``stop()`` is the method test suites call on leftover daemon threads."""
+
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__(name="fabric-core-hang-watchdog", daemon=True)
+        self.watch, self.pid = watch, os.getpid()
+        self._stopping = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        """The thread ends, or has ended (a new group needs a new thread)."""
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """End the thread and wait for it (it wakes at once; a store call under way ends within its timeout)."""
+        self._stopping.set()
+        if self is not threading.current_thread() and self.is_alive():
+            self.join(timeout=30)
+
+    def run(self) -> None:
+        watch = self.watch
+        watch.me = threading.get_ident()
+        # Ends once the group is destroyed: the next group gets a thread of its own.
+        while not self._stopping.wait(watch.interval) and dist.is_initialized():
+            watch.tick()
+        self._stopping.set()
 
 
 class _Watch:
@@ -108,15 +155,10 @@ class _Watch:
         self.store: Any = None
         self.answered = 0  # the last report request this rank answered
 
-    def run(self) -> None:
-        self.me = threading.get_ident()
-        while True:
-            time.sleep(self.interval)
-            if not dist.is_initialized():  # before the process group, or after it was destroyed
-                self.store = None
-                continue
-            self._answer_the_others()
-            self._sample()
+    def tick(self) -> None:
+        """One interval's work while the process group exists."""
+        self._answer_the_others()
+        self._sample()
 
     # -- this rank's threads --------------------------------------------------------------------------------
     def _sample(self) -> None:

@@ -348,9 +348,8 @@ class ParallelStrategy(Strategy):
         port_chosen_here = not port_was_set and "MASTER_PORT" in os.environ
         os.environ["MASTER_ADDR"] = address
         os.environ["MASTER_PORT"] = str(port)
-        kwargs: dict[str, Any] = {}
-        if self.root_device.type != "cpu":
-            kwargs["device_id"] = self.root_device
+        # Passed even when None, as Lightning does: tests that mock init_process_group expect the argument.
+        kwargs: dict[str, Any] = {"device_id": self.root_device if self.root_device.type != "cpu" else None}
         rank, world_size = self.global_rank, self.world_size
         show_info_lines()
         _log.info(f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{world_size}")
@@ -507,6 +506,7 @@ class ParallelStrategy(Strategy):
             # otherwise hold this rank for the whole process-group timeout (30 min by default).
             _exit.bounded_barrier(_exit.exit_timeout())
         dist.destroy_process_group()
+        _watchdog.stop()
 
 # Lightning Fabric's names that its own module at this path imports from its other modules.
 __getattr__ = lightning_reexports(__name__)
