@@ -12,7 +12,11 @@ from torch.optim import Optimizer
 from fabric_core._fabric import checks as checks
 from fabric_core._fabric.collectives import Collectives
 from fabric_core.errors import CheckpointError
+from fabric_core.io._remote import is_remote_url
 from fabric_core.io.safe_pickle import resolve_weights_only
+from fabric_core.io.weights.layout import DEFAULT_SHARD_SIZE, parse_shard_size, target_kind
+from fabric_core.io.weights.load import LoadResult, is_weights_path, load_weights
+from fabric_core.io.weights.save import save_weights
 from fabric_core.wrappers import is_wrapped, unwrap_for_checkpoint, unwrap_objects
 
 __all__ = ["Checkpoints"]
@@ -129,18 +133,88 @@ class Checkpoints(Collectives):
         strict: bool = True,
         *,
         weights_only: bool | None = None,
-    ) -> None:
-        """Load a plain ``torch.save(x.state_dict())`` file into a module or optimizer (wrapped or not).
+    ) -> LoadResult | None:
+        """Load a module's or optimizer's plain state into it (wrapped or not); call it on every process.
+
+        ``path`` is a ``torch.save(x.state_dict())`` file, or a module's weights as ``fabric.save_raw`` and
+        ``save_pretrained`` write them: a ``*.safetensors`` file or a Hugging Face folder. Safetensors are read
+        block by block: each rank reads only the bytes of what it holds (its FSDP2 or tensor-parallel shards)
+        straight into its tensors, names match whatever wrapper prefixes either side has (``module.``,
+        ``_orig_mod.``, ...), and dtypes are cast to the module's. Everything is checked first: a name or
+        shape that does not fit, or a damaged file, raises and leaves the module as it was.
 
         Args:
-            path: The file.
+            path: The file or folder.
             obj: The module or optimizer to restore.
             strict: Require exact keys (modules only).
-            weights_only: Passed to ``torch.load``.
+            weights_only: Passed to ``torch.load`` (torch files only: safetensors never run code).
+
+        Returns:
+            For safetensors, the missing and unexpected names (empty unless ``strict=False``); else ``None``.
+
+        Raises:
+            WeightsMismatchError: (safetensors) names missing or unexpected with ``strict``, or shapes that differ.
+            CheckpointError: (safetensors) a truncated file, a header that lies, an index that names a missing
+                shard or a tensor twice.
         """
         self._record("load_raw")
+        target = unwrap_objects(obj)
+        if is_weights_path(os.fspath(path)):
+            if not isinstance(target, Module):
+                raise TypeError(
+                    f"`fabric.load_raw({os.fspath(path)!r}, ...)`: a safetensors file holds a module's weights, so it "
+                    f"loads into a module, not into {type(obj).__name__}."
+                )
+            with self._strategy.weights_to_load(target) as targets:
+                result = load_weights(os.fspath(path), targets, strict=strict)
+            self._launched_strategy().barrier(name="fabric.load_raw")
+            return result
         weights_only = resolve_weights_only(weights_only)
-        self._strategy.load_checkpoint(path=path, state=unwrap_objects(obj), strict=strict, weights_only=weights_only)
+        self._strategy.load_checkpoint(path=path, state=target, strict=strict, weights_only=weights_only)
+        return None
+
+    def save_raw(
+        self,
+        path: str | os.PathLike[str],
+        module: Module,
+        *,
+        max_shard_size: int | str = DEFAULT_SHARD_SIZE,
+    ) -> None:
+        """Save ``module``'s weights under its own names, for ``transformers``, vLLM and ``fabric.load_raw``.
+
+        Call it on every process. Each rank writes only what it holds (FSDP2 and tensor-parallel shards go
+        straight to their place in the files, in parallel); nothing is gathered on one rank, except for object
+        storage, where tensors are gathered one at a time and rank 0 uploads the files.
+
+        Args:
+            path: ``*.safetensors``: one safetensors file. No suffix (or a trailing ``/``): a Hugging Face folder,
+                ``model.safetensors`` or shards beside ``model.safetensors.index.json``, next to whatever else the
+                folder holds (``config.json``). ``*.pt``, ``*.pth``, ``*.ckpt``, ``*.bin``: a torch file of the
+                state dict, written by rank 0. A local path or a URL (``s3://``).
+            module: The module (as returned by ``fabric.setup``, or not).
+            max_shard_size: A folder's largest file: bytes, or ``"5GB"``, ``"500MB"``, ``"2GiB"``.
+
+        Raises:
+            InvalidConfigError: ``path`` has another suffix, or ``max_shard_size`` is not a size.
+            TypeError: ``module`` is not a module, or holds a dtype safetensors cannot.
+        """
+        self._record("save_raw")
+        text = os.fspath(path)
+        kind = target_kind(text)
+        limit = parse_shard_size(max_shard_size)
+        target = unwrap_objects(module)
+        if not isinstance(target, Module):
+            raise TypeError(f"`fabric.save_raw(path, module)` takes a module, got {type(module).__name__}.")
+        strategy = self._strategy
+        if kind == "torch":
+            pieces = strategy.weights_to_save(target, whole=True)
+            state = {piece.name: piece.fetch() for piece in pieces}
+            if strategy.is_global_zero:
+                strategy.checkpoint_io.save_checkpoint(checkpoint=state, path=text)
+        else:
+            pieces = strategy.weights_to_save(target, whole=is_remote_url(text))
+            save_weights(strategy, text, pieces, kind, limit)
+        self._launched_strategy().barrier(name="fabric.save_raw")
 
 
 def _plural(word: str, items: list[int]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
@@ -16,6 +16,7 @@ from fabric_core._deferred import lightning_reexports
 from fabric_core.accelerators.accelerator import Accelerator
 from fabric_core.io.checkpoint_io import CheckpointIO
 from fabric_core.io.restore import check_requested_keys, load_module, restore_state
+from fabric_core.io.weights.pieces import Piece, load_targets, save_sources
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
@@ -319,6 +320,28 @@ class Strategy(ABC):
 
     def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         module.load_state_dict(state_dict, strict=strict)
+
+    def weights_to_save(self, module: Module, whole: bool = False) -> list[Piece]:
+        """What this rank holds of ``module``'s weights, for ``fabric.save_raw`` (called on every rank).
+
+        The default reads :meth:`get_module_state_dict`: a DTensor's block is written by the rank that holds it
+        (whatever strategy sharded it), a plain tensor by global rank 0. A strategy whose parameters are
+        partitioned some other way returns pieces that gather inside their ``fetch``.
+
+        Args:
+            module: What the strategy set up.
+            whole: Every tensor whole on rank 0 (for writers that cannot place blocks, such as object storage).
+        """
+        return save_sources(self.get_module_state_dict(module), self.is_global_zero, whole=whole)
+
+    @contextlib.contextmanager
+    def weights_to_load(self, module: Module) -> Iterator[list[Piece]]:
+        """This rank's tensors that ``fabric.load_raw`` of a safetensors file reads into (on every rank).
+
+        The default yields the module's parameters and buffers (a DTensor's local block); a strategy whose
+        parameters are partitioned some other way gathers them around the ``yield``.
+        """
+        yield load_targets(module)
 
     def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
         return optimizer.state_dict()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -16,6 +16,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
+from fabric_core.io.weights.pieces import Piece, persistent_targets
 from fabric_core.strategies.parallel import check_forwarded_options
 from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
 from fabric_core.utilities.rank_zero import rank_zero_warn
@@ -316,3 +317,13 @@ class FSDP1Strategy(FSDPStrategy):
     ) -> contextlib.AbstractContextManager[Any]:
         """``summon_full_params`` on the set-up roots holding ``params``; ``modifier_rank``'s edits are kept."""
         return summoned(self.modules, params, modifier_rank)
+
+    @contextlib.contextmanager
+    def weights_to_load(self, module: Module) -> Iterator[list[Piece]]:
+        """The whole parameters (``summon_full_params``, written back on exit) and persistent buffers.
+
+        FSDP1 keeps a module's parameters in flat shards that no weight name maps onto a byte range of, so each
+        rank holds the whole module while loading safetensors (FSDP2 reads only its shards).
+        """
+        with FullyShardedDataParallel.summon_full_params(module, writeback=True):
+            yield persistent_targets(module)

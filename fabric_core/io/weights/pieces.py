@@ -1,0 +1,188 @@
+"""What one rank holds of each weight of a module: a whole tensor, or its block of a ``DTensor``.
+
+A :class:`Piece` names a weight under the module's own names (:func:`canonical`: without the prefixes that
+wrappers add), its whole shape and dtype, and the block this rank holds: where it starts and its shape.
+Saving writes each block at its place in the file; loading reads each block's bytes straight into the
+rank's tensor. A ``DTensor`` sharded with ``Shard`` and ``Replicate`` placements is cut into its blocks
+here, whatever strategy made it (FSDP2, tensor parallelism, both); a plain tensor is one block that
+global rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
+__all__ = ["Piece", "canonical", "load_targets", "persistent_targets", "save_sources"]
+
+#: The names wrappers put in front of (or inside) a module's own names: DDP and Fabric's wrapper, FSDP1,
+#: activation checkpointing, ``torch.compile``.
+_WRAPPER_PARTS: Final = re.compile(
+    r"(?:^|(?<=\.))(?:_forward_module|_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\."
+)
+_LEADING_MODULE: Final = re.compile(r"^(?:module\.)+")
+
+
+def canonical(name: str) -> str:
+    """``name`` without wrapper prefixes: ``_forward_module.``, ``module.`` (leading), ``_orig_mod.``, FSDP's."""
+    return _LEADING_MODULE.sub("", _WRAPPER_PARTS.sub("", name))
+
+
+@dataclass
+class Piece:
+    """A weight and the block of it that this rank holds.
+
+    Attributes:
+        name: The weight's name, :func:`canonical`.
+        dtype: The whole tensor's dtype.
+        shape: The whole tensor's shape.
+        offsets: Where this rank's block starts, per dimension.
+        block: The block's shape.
+        fetch: Returns the block's data on a rank that writes it (saves), ``None`` elsewhere; every rank calls
+            it, in the same order (a strategy may gather inside).
+        tensor: The rank's own tensor holding the block (loads write into it); ``None`` where it has none.
+    """
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offsets: tuple[int, ...]
+    block: tuple[int, ...]
+    fetch: Callable[[], Tensor | None] = field(repr=False, default=lambda: None)
+    tensor: Tensor | None = field(repr=False, default=None)
+
+
+def _is_dtensor(value: Any) -> TypeGuard[DTensor]:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+
+
+def _block_of(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], Tensor, bool] | None:
+    """``(offsets, block shape, local tensor, whether this rank is the block's first holder)`` of a DTensor whose
+    placements are all ``Shard`` or ``Replicate``; ``None`` for other placements."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    placements = value.placements
+    if not all(type(p) in (Shard, Replicate) for p in placements):
+        return None
+    mesh = value.device_mesh
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:  # this rank is outside the mesh
+        return (0,) * value.dim(), (0,) * value.dim(), value.to_local(), False
+    block, offsets = compute_local_shape_and_global_offset(value.shape, mesh, placements)
+    first = all(coordinate[d] == 0 for d, p in enumerate(placements) if isinstance(p, Replicate))
+    return tuple(offsets), tuple(block), value.to_local(), first
+
+
+def _key(tensor: Tensor) -> tuple[Any, ...] | None:
+    """What makes two entries the same tensor (tied weights): storage, offset, shape, strides, dtype."""
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return None
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.dtype,
+    )
+
+
+def save_sources(state_dict: dict[str, Any], is_global_zero: bool, whole: bool = False) -> list[Piece]:
+    """The pieces of ``state_dict`` for a save: every weight once (a tied weight under its first name).
+
+    A DTensor's block is written by its first holder (ranks that hold the same block as a replica write
+    nothing); a DTensor of other placements, or any DTensor with ``whole``, is gathered whole (collectively,
+    one tensor at a time) and written by rank 0; a plain tensor is written by rank 0.
+    """
+    pieces: list[Piece] = []
+    seen: set[tuple[Any, ...]] = set()
+    for name, value in state_dict.items():
+        if not isinstance(value, Tensor):
+            continue
+        shape, origin = tuple(value.shape), (0,) * value.dim()
+        dtensor = _is_dtensor(value)
+        key = _key(value.to_local() if _is_dtensor(value) else value)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        found = _block_of(value) if dtensor and not whole else None
+        if found is not None:
+            offsets, block, local, first = found
+            fetch = _constant(local if first else None)
+            pieces.append(Piece(canonical(name), value.dtype, shape, offsets, block, fetch))
+            continue
+        fetch = _gathered(value, is_global_zero) if dtensor else _constant(value if is_global_zero else None)
+        pieces.append(Piece(canonical(name), value.dtype, shape, origin, shape, fetch))
+    return pieces
+
+
+def _constant(tensor: Tensor | None) -> Callable[[], Tensor | None]:
+    return lambda: tensor
+
+
+def _gathered(value: Any, keep: bool) -> Callable[[], Tensor | None]:
+    def fetch() -> Tensor | None:
+        full = value.full_tensor()  # collective: every rank calls it
+        return full if keep else None
+
+    return fetch
+
+
+def load_targets(module: Module) -> list[Piece]:
+    """The pieces of ``module``'s state (parameters and persistent buffers) that a load writes into.
+
+    Each piece's ``tensor`` is the rank's own storage: the parameter's data, or a DTensor's local block.
+    Tied weights appear under each of their names, sharing one tensor.
+    """
+    pieces = []
+    for name, value in module.state_dict(keep_vars=True).items():
+        if not isinstance(value, Tensor):
+            continue
+        shape = tuple(value.shape)
+        if _is_dtensor(value):
+            found = _block_of(value)
+            if found is None:
+                raise NotImplementedError(
+                    f"Loading safetensors into {name!r} needs its DTensor placements to be `Shard` or `Replicate` "
+                    f"(got {value.placements})."
+                )
+            offsets, block, local, _ = found
+            pieces.append(Piece(canonical(name), value.dtype, shape, offsets, block, tensor=local.detach()))
+        else:
+            pieces.append(Piece(canonical(name), value.dtype, shape, (0,) * value.dim(), shape, tensor=value.detach()))
+    return pieces
+
+
+def persistent_targets(module: Module) -> list[Piece]:
+    """The whole parameters and persistent buffers of ``module``, read through ``named_parameters`` and
+    ``named_buffers`` (for wrappers whose ``state_dict`` returns copies, such as FSDP1's)."""
+    skipped = {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, child in module.named_modules()
+        for name in child._non_persistent_buffers_set
+    }
+    named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    return [
+        Piece(
+            canonical(name),
+            value.dtype,
+            tuple(value.shape),
+            (0,) * value.dim(),
+            tuple(value.shape),
+            tensor=value.detach(),
+        )
+        for name, value in named
+        if name not in skipped
+    ]
