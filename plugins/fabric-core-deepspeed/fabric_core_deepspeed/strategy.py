@@ -35,6 +35,7 @@ from fabric_core_deepspeed._lightning import (  # noqa: F401
     _validate_device_index_selection,
     _validate_state_keys,
 )
+from fabric_core_deepspeed._weights import ZeroWeights
 from fabric_core_deepspeed.precision import DeepSpeedPrecision
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedStrategy"]
 
 
-class DeepSpeedStrategy(ParallelStrategy):
+class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
     """Train with DeepSpeed's ZeRO: each process holds a shard of the optimizer state (stage 1), also of the
     gradients (stage 2), and also of the parameters (stage 3); shards can be offloaded to CPU or NVMe.
 
