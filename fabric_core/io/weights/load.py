@@ -47,14 +47,20 @@ class WeightsMismatchError(CheckpointError, RuntimeError):
 
 
 def is_weights_path(path: str) -> bool:
-    """Whether ``path`` is a safetensors file or a folder holding ``model.safetensors`` or its index."""
+    """Whether ``path`` is a safetensors file or a folder of them (``model.safetensors``, shards, an index)."""
     text = os.fspath(path)
     if text.rstrip("/").lower().endswith(".safetensors"):
         return True
     if is_remote_url(text):
         fs, key = _url_to_fs(text)
-        return any(fs.exists(f"{key.rstrip('/')}/{name}") for name in (INDEX, SINGLE))
-    return any(os.path.isfile(os.path.join(text, name)) for name in (INDEX, SINGLE))
+        if not fs.isdir(key):
+            return False
+        names = [name.rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(key, detail=False)]
+    elif os.path.isdir(text):
+        names = os.listdir(text)
+    else:
+        return False
+    return any(name == INDEX or name.endswith(".safetensors") for name in names)
 
 
 @dataclass
