@@ -147,9 +147,27 @@ def build_parser(runners: Sequence[tuple[str, Any]] = ()) -> argparse.ArgumentPa
 
     co = sub.add_parser(
         "consolidate",
-        help="Turn a sharded checkpoint folder into one file that torch.load reads.",
-        description="Read a sharded (torch.distributed.checkpoint) folder whole and write "
-        "{'model': ..., 'optimizer': ..., extras} to one file. Never overwrites.",
+        help="Turn a sharded checkpoint folder into one torch file, or the model's weights into safetensors.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Read a sharded (torch.distributed.checkpoint) folder and write it out. What is written follows OUT:
+
+  OUT ending in .safetensors  the model's weights alone, as one safetensors file
+  OUT ending in /             the model's weights alone, as a Hugging Face folder: model.safetensors, or
+                              shards of at most --max-shard-size beside model.safetensors.index.json
+                              (from_pretrained and fabric.load_raw read it)
+  any other OUT, and none     the whole checkpoint, {'model': ..., 'optimizer': ..., extras}, as one
+                              torch file (default: <folder>.consolidated)
+
+The model's weights are the tensors of the checkpoint's module state dict: the only one, 'model' when
+there are several, or the one --model-key names; optimizer state and extras are left out. They are read
+a few hundred MB at a time, never held whole. Nothing is overwritten: a file OUT must not exist; a folder
+OUT may, if it holds no weights (its other files, such as config.json, are kept).""",
+        epilog="""\
+examples:
+  fabric-core consolidate ckpt --output model.safetensors
+  fabric-core consolidate ckpt --output hf-model/ --max-shard-size 2GB
+  fabric-core consolidate ckpt --output ckpt.pt""",
     )
     co.add_argument("checkpoint_folder", help="The folder fabric.save wrote with a sharded strategy.")
     co.add_argument(
@@ -157,7 +175,25 @@ def build_parser(runners: Sequence[tuple[str, Any]] = ()) -> argparse.ArgumentPa
         "--output_file",
         dest="output",
         default=None,
-        help="The file to write (default: <folder>.consolidated).",
+        metavar="OUT",
+        help="Where to write: NAME.safetensors, FOLDER/ (Hugging Face), or a torch file (default: "
+        "<folder>.consolidated, a torch file).",
+    )
+    co.add_argument(
+        "--model-key",
+        dest="model_key",
+        default=None,
+        metavar="KEY",
+        help="For a safetensors OUT: the checkpoint entry whose weights to write (default: the only module state "
+        "dict, or 'model' when there are several).",
+    )
+    co.add_argument(
+        "--max-shard-size",
+        dest="max_shard_size",
+        default=None,
+        metavar="SIZE",
+        help="For a folder OUT: the largest file, e.g. 5GB, 500MB, 2GiB or a number of bytes (default: 5GB, as "
+        "save_pretrained).",
     )
     co.add_argument(
         "--no-weights-only",
@@ -177,7 +213,13 @@ def _consolidate_folder(args: argparse.Namespace) -> int:
     from fabric_core.io.distributed import consolidate
 
     try:
-        written = consolidate(args.checkpoint_folder, args.output, weights_only=None if args.weights_only else False)
+        written = consolidate(
+            args.checkpoint_folder,
+            args.output,
+            weights_only=None if args.weights_only else False,
+            model_key=args.model_key,
+            max_shard_size=args.max_shard_size,
+        )
     except FileNotFoundError as exc:
         print(f"fabric-core consolidate: {exc}", file=sys.stderr)
         return 2
@@ -357,6 +399,11 @@ def _torchrun_launch(args: argparse.Namespace, script_args: list[str]) -> None:
     torchrun(torchrun_args)
 
 
+def _weights_output(output: str) -> bool:
+    """Whether ``fabric consolidate --output_file OUTPUT`` writes the model's weights as safetensors."""
+    return output.endswith(("/", os.sep)) or output.lower().endswith(".safetensors")
+
+
 def _click_commands() -> dict[str, Any]:
     """Lightning's ``fabric`` command group with its ``run`` and ``consolidate`` commands, by their names here.
 
@@ -418,9 +465,21 @@ def _click_commands() -> dict[str, Any]:
         help="The file to write; it must not exist (default: the folder's path with '.consolidated' added).",
     )
     def _consolidate(checkpoint_folder: str, output_file: str | None) -> None:
-        """Write the sharded checkpoint in CHECKPOINT_FOLDER as one file that `torch.load` reads."""
+        """Write the sharded checkpoint in CHECKPOINT_FOLDER as one file that `torch.load` reads.
+
+        An output file ending in `.safetensors` gets the model's weights alone as one safetensors file, one
+        ending in `/` as a Hugging Face folder (shards of at most 5GB); `fabric-core consolidate` has the options.
+        """
         args = argparse.Namespace(checkpoint_folder=checkpoint_folder, output_file=output_file)
         config = this._process_cli_args(args)
+        if output_file is not None and _weights_output(output_file):
+            from fabric_core.io.distributed import consolidate
+
+            try:
+                consolidate(config.checkpoint_folder, output_file)
+            except FabricCoreError as exc:
+                raise click.ClickException(str(exc)) from None
+            return
         checkpoint = this._load_distributed_checkpoint(config.checkpoint_folder)
         this.torch.save(checkpoint, config.output_file)
 

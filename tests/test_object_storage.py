@@ -213,6 +213,33 @@ def test_consolidate_reads_a_sharded_checkpoint_from_the_bucket(s3_bucket: str, 
     assert sorted(os.listdir(in_tmp)) == ["whole.pt"]
 
 
+def test_consolidate_writes_safetensors_from_and_into_the_bucket(s3_bucket: str, in_tmp: Path) -> None:
+    from safetensors.torch import load, load_file
+
+    from fabric_core.cli import main
+    from fabric_core.io.distributed import consolidate
+
+    folder = f"{s3_bucket}/sharded"
+    weights = _sharded_folder(folder)
+    assert main(["consolidate", folder, "--output", f"{s3_bucket}/model.safetensors"]) == 0
+    assert main(["consolidate", folder, "--output", f"{s3_bucket}/hf/", "--max-shard-size", "40"]) == 0
+    assert main(["consolidate", folder, "--output", "local.safetensors"]) == 0
+    assert keys(f"{s3_bucket}/hf") == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
+    in_folder: dict[str, torch.Tensor] = {}
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        in_folder.update(load(s3().cat_file(f"{s3_bucket}/hf/{name}".removeprefix("s3://"))))
+    single = load(s3().cat_file(f"{s3_bucket}/model.safetensors".removeprefix("s3://")))
+    for written in (single, in_folder, load_file(in_tmp / "local.safetensors")):
+        assert sorted(written) == sorted(weights) and all(torch.equal(written[k], v) for k, v in weights.items())
+    with pytest.raises(InvalidConfigError, match="already holds weights"):  # never overwritten, in the bucket either
+        consolidate(folder, f"{s3_bucket}/hf/")
+    assert sorted(os.listdir(in_tmp)) == ["local.safetensors"]
+
+
 _KILLED_WRITER = """
 import sys, torch
 from fabric_core import Fabric

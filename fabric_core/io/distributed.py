@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import torch
 
@@ -27,8 +28,13 @@ from fabric_core.io._file import read_open_file
 from fabric_core.io._remote import read_remote, write_remote
 from fabric_core.io.atomic import atomic_write, committed_path
 from fabric_core.io.folder import Folder, read_one_folder
-from fabric_core.io.locations import Location, exists, is_url, join, location
+from fabric_core.io.locations import Location, exists, is_dir, is_url, join, location
 from fabric_core.utilities.types import PathLike
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+
+    from fabric_core.io.weights.pieces import Piece
 
 __all__ = [
     "META_FILE",
@@ -47,6 +53,9 @@ __all__ = [
 #: The file of non-tensor values inside a sharded checkpoint folder.
 META_FILE: Final = "meta.pt"
 _DCP_METADATA: Final = ".metadata"
+#: How many bytes of weights a consolidation to safetensors reads from the folder at a time (one tensor if larger).
+_BATCH_BYTES: Final = 512 * 2**20
+_T = TypeVar("_T")
 
 
 def is_distributed_checkpoint(path: PathLike) -> bool:
@@ -217,43 +226,98 @@ def _no_meta(folder: Folder) -> dict[str, Any]:
     return {}
 
 
-def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_only: bool | None = None) -> Location:
-    """Turn a sharded checkpoint folder into one file that ``torch.load`` (and ``fabric.load``) reads anywhere.
+def consolidate(
+    folder: PathLike,
+    output: PathLike | None = None,
+    *,
+    weights_only: bool | None = None,
+    model_key: str | None = None,
+    max_shard_size: int | str | None = None,
+) -> Location:
+    """Turn a sharded checkpoint folder into one file that ``torch.load`` (and ``fabric.load``) reads anywhere,
+    or into the model's weights as safetensors.
 
-    The file holds ``{"model": state_dict, "optimizer": state_dict, **extras}`` with plain CPU tensors;
-    optimizer states are keyed by position, as ``optimizer.state_dict()`` is.
+    What is written follows ``output``:
 
-    Either may be a URL (``s3://bucket/ckpt``): the folder is read from the bucket in place, and an output URL is
-    written there in one upload.
+    - a path ending in ``.safetensors``: the model's weights alone, as one safetensors file;
+    - a path ending in ``/``: the model's weights alone, as a Hugging Face folder (``model.safetensors``, or
+      shards of at most ``max_shard_size`` beside ``model.safetensors.index.json``), which
+      ``from_pretrained`` and ``fabric.load_raw`` read. The folder may exist already if it holds no weights
+      (a ``config.json``, a tokenizer): those files are kept;
+    - any other path: ``{"model": state_dict, "optimizer": state_dict, **extras}`` as one torch file, with
+      plain CPU tensors; optimizer states are keyed by position, as ``optimizer.state_dict()`` is.
+
+    The model's weights are the tensors of one module state dict of the checkpoint (an entry whose values are
+    tensors under the module's parameter and buffer names; optimizer state and extras are left out), read
+    from the folder a few hundred megabytes at a time, so they are never held whole. ``model_key`` names the
+    entry; by default it is the only one, or ``"model"`` where there are several.
+
+    Either path may be a URL (``s3://bucket/ckpt``): the folder is read from the bucket in place, and an output URL is
+    written there (a torch file in one upload).
 
     Args:
         folder: The sharded checkpoint folder.
-        output: The file to write; by default ``<folder>.consolidated`` next to the folder.
+        output: Where to write; by default ``<folder>.consolidated`` next to the folder (a torch file).
         weights_only: How the folder is read (see :func:`load_distributed_checkpoint`).
+        model_key: The checkpoint entry whose weights a safetensors output holds.
+        max_shard_size: A folder output's largest file: bytes, or ``"5GB"``, ``"500MB"``, ``"2GiB"``
+            (default ``"5GB"``, as ``save_pretrained``).
 
     Returns:
         The path written.
 
     Raises:
-        InvalidConfigError: ``output`` exists already (it is never overwritten).
+        InvalidConfigError: ``output`` exists already (it is never overwritten; a folder output: it holds
+            weights, or is a file); ``model_key`` or ``max_shard_size`` is given for an output that has no use for
+            it, or ``max_shard_size`` is not a size.
         FileNotFoundError: ``folder`` does not exist.
         CheckpointError: ``folder`` is not a sharded checkpoint folder, or cannot be read (see
-            :func:`load_distributed_checkpoint`).
+            :func:`load_distributed_checkpoint`); for a safetensors output: no entry (or not ``model_key``)
+            is a module state dict, several are and none is ``"model"``, or a weight's dtype has no
+            safetensors name.
     """
     source = location(folder)
+    call = f"`consolidate({os.fspath(folder)!r}, output={None if output is None else os.fspath(output)!r})`"
+    kind = "torch" if output is None else _output_kind(output)
+    if kind == "torch" and model_key is not None:
+        raise InvalidConfigError(
+            f"{call}: `model_key` picks the weights of a safetensors output; a torch file holds the whole checkpoint. "
+            "End the output in `.safetensors` (one file) or `/` (a Hugging Face folder), or leave `model_key` out.",
+            argument="model_key",
+            value=model_key,
+        )
+    if kind != "folder" and max_shard_size is not None:
+        raise InvalidConfigError(
+            f"{call}: `max_shard_size` sizes the files of a Hugging Face folder, and this output is one file. End "
+            "the output in `/` to write a folder, or leave `max_shard_size` out.",
+            argument="max_shard_size",
+            value=max_shard_size,
+        )
     if output is not None:
         target = location(output)
+        if isinstance(target, str):
+            target = target.rstrip("/") if kind == "folder" else target
     elif isinstance(source, Path):
         target = source.with_name(source.name + ".consolidated")
     else:
         target = source.rstrip("/") + ".consolidated"
-    if exists(target):
-        raise InvalidConfigError(
-            f"`consolidate({os.fspath(folder)!r}, output={os.fspath(target)!r})`: the output already exists and is "
-            "never overwritten. Choose another output path or delete it first.",
-            argument="output",
-            value=os.fspath(target),
-        )
+    if kind == "folder":
+        from fabric_core.io.weights.layout import DEFAULT_SHARD_SIZE, parse_shard_size
+
+        shard_bytes: int | None = parse_shard_size(DEFAULT_SHARD_SIZE if max_shard_size is None else max_shard_size)
+        _check_weights_folder(target, call)
+    else:
+        shard_bytes = None
+        if exists(target):
+            raise InvalidConfigError(
+                f"{call}: the output already exists and is never overwritten. Choose another output path or delete "
+                "it first.",
+                argument="output",
+                value=os.fspath(target),
+            )
+    if kind != "torch":
+        _write_model_weights(source, target, kind, weights_only, model_key, shard_bytes)
+        return target
     checkpoint = load_distributed_checkpoint(source, weights_only=weights_only)
     if isinstance(target, str):
         buffer = io.BytesIO()
@@ -263,3 +327,227 @@ def consolidate(folder: PathLike, output: PathLike | None = None, *, weights_onl
     with atomic_write(target) as file:
         torch.save(checkpoint, file)
     return target
+
+
+# -- consolidation to safetensors: the model's weights only, read a batch at a time ------------------------------
+
+
+def _output_kind(output: PathLike) -> str:
+    """What :func:`consolidate` writes to ``output``: ``"safetensors"``, ``"folder"`` or ``"torch"``."""
+    text = os.fspath(output)
+    if text.endswith(("/", os.sep)):
+        return "folder"
+    if text.lower().endswith(".safetensors"):
+        return "safetensors"
+    return "torch"
+
+
+def _is_weight_file(name: str) -> bool:
+    from fabric_core.io.weights.layout import INDEX, SINGLE
+
+    return name in (SINGLE, INDEX) or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", name) is not None
+
+
+def _check_weights_folder(target: Location, call: str) -> None:
+    """Refuse a folder output that is a file or already holds a model's weights (never overwritten)."""
+    if not exists(target):
+        return
+    if not is_dir(target):
+        raise InvalidConfigError(
+            f"{call}: a Hugging Face folder was asked for (the output ends in `/`), but a file is there; it is never "
+            "overwritten. Choose another output path or delete it first.",
+            argument="output",
+            value=os.fspath(target),
+        )
+    if isinstance(target, Path):
+        names = [entry.name for entry in target.iterdir()]
+    else:
+        from fabric_core.io._remote import list_files
+
+        names = list_files(target)
+    weights = sorted(name for name in names if _is_weight_file(name))
+    if weights:
+        raise InvalidConfigError(
+            f"{call}: the folder already holds weights ({', '.join(weights)}), which are never overwritten. Choose "
+            "another folder or delete them first (the folder's other files are kept).",
+            argument="output",
+            value=os.fspath(target),
+        )
+
+
+class _OneProcess:
+    """The collectives ``save_weights`` calls, for this process alone."""
+
+    @property
+    def is_global_zero(self) -> bool:
+        return True
+
+    def barrier(self, name: str | None = None) -> None:
+        """Nothing to wait for."""
+
+    def broadcast(self, obj: _T, src: int = 0) -> _T:
+        return obj
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
+
+def _write_model_weights(
+    source: Location, target: Location, kind: str, weights_only: bool | None, model_key: str | None, shard: int | None
+) -> None:
+    from fabric_core.io.weights.save import save_weights
+
+    def write(folder: Folder) -> None:
+        metadata_file = join(folder.root, _DCP_METADATA)
+        if not (metadata_file.is_file() if isinstance(metadata_file, Path) else exists(metadata_file)):
+            raise _not_sharded(folder.path)
+        reader = SafeFileSystemReader(folder, weights_only=weights_only)
+        metadata = reader.read_metadata()  # a refused or damaged `.metadata` raises here, clearly
+        key, tensors = _module_entry(metadata, model_key, folder.path)
+        pieces = _Batches(reader, folder.path, key, tensors).pieces()
+        save_weights(_OneProcess(), os.fspath(target), pieces, kind, shard)
+
+    try:
+        read_one_folder(source, write)
+    except NotADirectoryError:
+        raise _not_sharded(source if is_url(source) else committed_path(source)) from None
+
+
+def _module_entry(
+    metadata: Metadata, model_key: str | None, shown: PathLike
+) -> tuple[str, list[tuple[str, TensorStorageMetadata]]]:
+    """The entry of the checkpoint to write and its tensors (name in the module, metadata), in the saved order.
+
+    A module state dict is an entry with tensors directly under it (``("model", "layer.weight")``) that is not
+    an optimizer's state (``state``/``param_groups``).
+
+    Raises:
+        CheckpointError: No such entry, ``model_key`` is not one, or several are and none is ``"model"``.
+    """
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    planner_data = metadata.planner_data if isinstance(metadata.planner_data, Mapping) else {}
+    entries: dict[str, list[tuple[str, TensorStorageMetadata]]] = {}
+    inner: dict[str, set[str]] = {}
+    for flat, item in metadata.state_dict_metadata.items():
+        found = planner_data.get(flat)
+        path = tuple(found) if found else tuple(flat.split(".", 1))
+        top = str(path[0])
+        entries.setdefault(top, [])
+        if len(path) > 1:
+            inner.setdefault(top, set()).add(str(path[1]))
+        if len(path) == 2 and isinstance(path[1], str) and isinstance(item, TensorStorageMetadata):
+            entries[top].append((path[1], item))
+    modules = [k for k, v in entries.items() if v and not inner.get(k, set()) <= {"state", "param_groups"}]
+    keys = ", ".join(repr(k) for k in entries)
+    where = f"The checkpoint {os.fspath(shown)!r}"
+    if model_key is not None:
+        if model_key not in modules:
+            what = "has no entry" if model_key not in entries else "has no module state dict under"
+            raise CheckpointError(
+                f"{where} {what} {model_key!r}; its module state dicts: {', '.join(map(repr, modules)) or 'none'} "
+                f"(all its entries: {keys}).",
+                path=os.fspath(shown),
+            )
+        key = model_key
+    elif len(modules) == 1:
+        key = modules[0]
+    elif "model" in modules:
+        key = "model"
+    elif not modules:
+        raise CheckpointError(
+            f"{where} holds no module state dict (an entry of tensors under parameter names) to write as safetensors; "
+            f"its entries: {keys}.",
+            path=os.fspath(shown),
+        )
+    else:
+        raise CheckpointError(
+            f"{where} holds several module state dicts ({', '.join(map(repr, modules))}) and none is named 'model': "
+            "choose one with `--model-key KEY` (`model_key=` in Python).",
+            path=os.fspath(shown),
+        )
+    from fabric_core.io.weights.header import dtype_name
+    from fabric_core.io.weights.pieces import canonical
+
+    seen: dict[str, str] = {}
+    for name, item in entries[key]:
+        try:
+            dtype_name(item.properties.dtype)
+        except TypeError as err:
+            raise CheckpointError(f"{where}: {key}[{name!r}]: {err}", path=os.fspath(shown)) from None
+        other = seen.setdefault(canonical(name), name)
+        if other != name:
+            raise CheckpointError(
+                f"{where}: {key}[{other!r}] and {key}[{name!r}] have the same name without wrapper prefixes "
+                f"({canonical(name)!r}); a safetensors file cannot hold both.",
+                path=os.fspath(shown),
+            )
+    return key, entries[key]
+
+
+class _Batches:
+    """The pieces of one checkpoint entry, whose tensors are read from the folder a batch at a time on first fetch.
+
+    ``save_weights`` fetches the pieces in order, once each: a batch is read when its first piece is fetched,
+    and each tensor is let go once fetched, so no more than about :data:`_BATCH_BYTES` are held at once.
+    """
+
+    def __init__(
+        self, reader: SafeFileSystemReader, shown: PathLike, key: str, tensors: list[tuple[str, TensorStorageMetadata]]
+    ) -> None:
+        self.reader, self.shown, self.key, self.tensors = reader, shown, key, tensors
+        self.batch_of: list[int] = []
+        self.batches: list[list[int]] = []
+        used = 0
+        for index, (_, item) in enumerate(tensors):
+            size = item.properties.dtype.itemsize * _numel(item.size)
+            if not self.batches or (used + size > _BATCH_BYTES and self.batches[-1]):
+                self.batches.append([])
+                used = 0
+            self.batches[-1].append(index)
+            self.batch_of.append(len(self.batches) - 1)
+            used += size
+        self.current = -1
+        self.loaded: dict[int, torch.Tensor] = {}
+
+    def pieces(self) -> list[Piece]:
+        from fabric_core.io.weights.pieces import Piece, canonical
+
+        pieces = []
+        for index, (name, item) in enumerate(self.tensors):
+            shape = tuple(item.size)
+            pieces.append(
+                Piece(canonical(name), item.properties.dtype, shape, (0,) * len(shape), shape, self._fetcher(index))
+            )
+        return pieces
+
+    def _fetcher(self, index: int) -> Callable[[], torch.Tensor | None]:
+        return lambda: self.fetch(index)
+
+    def fetch(self, index: int) -> torch.Tensor:
+        batch = self.batch_of[index]
+        if batch != self.current:
+            self.loaded = {}  # let the previous batch go before reading the next
+            self.loaded = self._read(self.batches[batch])
+            self.current = batch
+        return self.loaded.pop(index)
+
+    def _read(self, indices: list[int]) -> dict[int, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+        empty = {
+            self.tensors[i][0]: torch.empty(self.tensors[i][1].size, dtype=self.tensors[i][1].properties.dtype)
+            for i in indices
+        }
+        with dcp_errors(self.shown):
+            _load_state_dict(
+                {self.key: empty}, storage_reader=self.reader, planner=safe_load_planner(self.reader), no_dist=True
+            )
+        return {i: empty[self.tensors[i][0]] for i in indices}
+
+
+def _numel(shape: Any) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count

@@ -125,6 +125,29 @@ def test_consolidated_file_loads_into_a_plain_model_and_optimizer(saved: Path, t
     assert torch.equal(optimizer.state[head.weight]["exp_avg"], merged["optimizer"]["state"][4]["exp_avg"])
 
 
+def test_the_command_writes_the_model_weights_as_safetensors_equal_to_the_torch_consolidation(
+    saved: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    from fabric_core.cli import main
+
+    whole = torch.load(consolidate(saved / "sharded", tmp_path / "one.pt"), weights_only=True)["model"]
+    assert main(["consolidate", str(saved / "sharded"), "--output", str(tmp_path / "model.safetensors")]) == 0
+    assert main(["consolidate", str(saved / "sharded"), "--output", f"{tmp_path}/hf/", "--max-shard-size", "400"]) == 0
+    index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    in_folder: dict[str, torch.Tensor] = {}
+    for file in sorted(set(index["weight_map"].values())):
+        in_folder.update(load_file(tmp_path / "hf" / file))
+    assert len(set(index["weight_map"].values())) > 1
+    for weights in (load_file(tmp_path / "model.safetensors"), in_folder):
+        assert sorted(weights) == sorted(whole)
+        for name, tensor in whole.items():
+            assert torch.equal(weights[name], tensor), name
+    model = make_model()
+    model.load_state_dict(in_folder)  # strict: the model's own names, every one
+
+
 def test_consolidate_defaults_next_to_the_folder_and_never_overwrites(saved: Path) -> None:
     output = consolidate(saved / "sharded")
     assert output == saved / "sharded.consolidated"
