@@ -265,6 +265,14 @@ def _read_block(file: IO[bytes], piece: Piece, entry: Entry) -> None:
     """Read ``piece``'s block of ``entry`` from ``file`` into ``piece.tensor``."""
     target = piece.tensor
     assert target is not None
+    if piece.rows is not None:
+        whole = torch.empty(entry.shape, dtype=entry.dtype)
+        _read_into(file, whole, piece, entry)
+        for dim, rows in enumerate(piece.rows):
+            whole = whole.index_select(dim, rows)
+        with torch.no_grad():
+            target.copy_(whole)
+        return
     if tuple(target.shape) != piece.block:
         raise CheckpointError(
             f"{piece.name!r}: this rank holds a block of shape {list(target.shape)}, expected {list(piece.block)}.",
@@ -272,13 +280,18 @@ def _read_block(file: IO[bytes], piece: Piece, entry: Entry) -> None:
         )
     direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == entry.dtype
     buffer = target if direct else torch.empty(piece.block, dtype=entry.dtype)
+    _read_into(file, buffer, piece, entry)
+    if not direct:
+        with torch.no_grad():
+            target.copy_(buffer)
+
+
+def _read_into(file: IO[bytes], buffer: torch.Tensor, piece: Piece, entry: Entry) -> None:
+    """Read ``piece``'s block of ``entry`` into the contiguous CPU tensor ``buffer`` of the file's dtype."""
     view = raw_bytes(buffer)
     for at, offset, length in byte_runs(entry.shape, piece.offsets, piece.block, entry.itemsize):
         file.seek(entry.start + at)
         _readinto_all(file, view[offset : offset + length], entry)
-    if not direct:
-        with torch.no_grad():
-            target.copy_(buffer)
 
 
 def _readinto_all(file: IO[bytes], view: memoryview, entry: Entry) -> None:

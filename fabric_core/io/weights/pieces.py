@@ -50,6 +50,8 @@ class Piece:
         fetch: Returns the block's data on a rank that writes it (saves), ``None`` elsewhere; every rank calls
             it, in the same order (a strategy may gather inside).
         tensor: The rank's own tensor holding the block (loads write into it); ``None`` where it has none.
+        rows: Where ``tensor`` holds rows that are not next to each other: per dimension, the rows it holds
+            (the block is then the whole tensor, which a load reads and indexes).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Piece:
     block: tuple[int, ...]
     fetch: Callable[[], Tensor | None] = field(repr=False, default=lambda: None)
     tensor: Tensor | None = field(repr=False, default=None)
+    rows: list[Tensor] | None = field(repr=False, default=None)
 
 
 def _is_dtensor(value: Any) -> TypeGuard[DTensor]:
@@ -67,22 +70,54 @@ def _is_dtensor(value: Any) -> TypeGuard[DTensor]:
     return isinstance(value, DTensor)
 
 
-def _block_of(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], Tensor, bool] | None:
-    """``(offsets, block shape, local tensor, whether this rank is the block's first holder)`` of a DTensor whose
-    placements are all ``Shard`` or ``Replicate``; ``None`` for other placements."""
+def _local_index(value: DTensor) -> list[Tensor] | None:
+    """Per dimension, the global indices of the rows this rank's local tensor holds.
+
+    FSDP2 over tensor parallelism shards one dimension twice (``_StridedShard`` then ``Shard``), which may hold
+    rows that are not next to each other; torch's own arithmetic (what DCP uses) says which. ``None`` for
+    placements other than shards and replicas.
+    """
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from torch.distributed.tensor._utils import _get_shard_size_and_offsets
+    from torch.distributed.tensor.placement_types import _StridedShard
 
     placements = value.placements
-    if not all(type(p) in (Shard, Replicate) for p in placements):
+    if not all(isinstance(p, (Shard, _StridedShard, Replicate)) for p in placements):
         return None
-    mesh = value.device_mesh
-    coordinate = mesh.get_coordinate()
-    if coordinate is None:  # this rank is outside the mesh
-        return (0,) * value.dim(), (0,) * value.dim(), value.to_local(), False
-    block, offsets = compute_local_shape_and_global_offset(value.shape, mesh, placements)
-    first = all(coordinate[d] == 0 for d, p in enumerate(placements) if isinstance(p, Replicate))
-    return tuple(offsets), tuple(block), value.to_local(), first
+    mesh, coordinate = value.device_mesh, value.device_mesh.get_coordinate()
+    shape = list(value.shape)
+    index = [torch.arange(size) for size in shape]
+    if coordinate is None:  # outside the mesh: holds nothing
+        return [torch.arange(0) for _ in shape]
+    for mesh_dim, placement in enumerate(placements):
+        if not isinstance(placement, (Shard, _StridedShard)):
+            continue
+        dim = placement.dim
+        size, chosen = _get_shard_size_and_offsets(
+            len(index[dim]), mesh.size(mesh_dim), coordinate[mesh_dim], placement, index[dim], shape[dim], False
+        )
+        index[dim] = chosen if size and chosen is not None else torch.arange(0)
+    return index
+
+
+def _block_of(value: DTensor) -> tuple[tuple[int, ...], tuple[int, ...], Tensor, bool] | None:
+    """``(offsets, block shape, local tensor, whether this rank is the block's first holder)`` of a DTensor whose
+    local tensor is one block of the whole; ``None`` otherwise (other placements, or rows apart)."""
+    from torch.distributed.tensor import Replicate
+
+    index = _local_index(value)
+    if index is None or not all(_contiguous(rows) for rows in index):
+        return None
+    coordinate = value.device_mesh.get_coordinate()
+    first = coordinate is not None and all(
+        coordinate[d] == 0 for d, p in enumerate(value.placements) if isinstance(p, Replicate)
+    )
+    offsets = tuple(int(rows[0]) if len(rows) else 0 for rows in index)
+    return offsets, tuple(len(rows) for rows in index), value.to_local(), first
+
+
+def _contiguous(rows: Tensor) -> bool:
+    return len(rows) == 0 or bool(torch.equal(rows, torch.arange(int(rows[0]), int(rows[0]) + len(rows))))
 
 
 def _key(tensor: Tensor) -> tuple[Any, ...] | None:
@@ -117,7 +152,7 @@ def save_sources(state_dict: dict[str, Any], is_global_zero: bool, whole: bool =
             if key in seen:
                 continue
             seen.add(key)
-        found = _block_of(value) if dtensor and not whole else None
+        found = _block_of(value) if _is_dtensor(value) and not whole else None
         if found is not None:
             offsets, block, local, first = found
             fetch = _constant(local if first else None)
@@ -154,10 +189,18 @@ def load_targets(module: Module) -> list[Piece]:
         if _is_dtensor(value):
             found = _block_of(value)
             if found is None:
-                raise NotImplementedError(
-                    f"Loading safetensors into {name!r} needs its DTensor placements to be `Shard` or `Replicate` "
-                    f"(got {value.placements})."
+                index = _local_index(value)
+                if index is None:
+                    raise NotImplementedError(
+                        f"Loading safetensors into {name!r} needs its DTensor placements to be shards or replicas "
+                        f"(got {value.placements})."
+                    )
+                # Rows apart: read the whole tensor, keep this rank's rows.
+                local = value.to_local().detach()
+                pieces.append(
+                    Piece(canonical(name), value.dtype, shape, (0,) * len(shape), shape, tensor=local, rows=index)
                 )
+                continue
             offsets, block, local, _ = found
             pieces.append(Piece(canonical(name), value.dtype, shape, offsets, block, tensor=local.detach()))
         else:
