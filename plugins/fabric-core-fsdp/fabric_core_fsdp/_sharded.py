@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +26,6 @@ from fabric_core.io.distributed import is_distributed_checkpoint
 from fabric_core.io.locations import is_dir
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, wired
-from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.init import materialize_distributed_module
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
@@ -61,12 +61,13 @@ def is_sharded_module(module: object) -> bool:
 
 
 def move_metrics_to_device(module: Module, device: torch.device) -> None:
-    """Move the torchmetrics ``Metric`` submodules of ``module`` to ``device`` (when torchmetrics is installed).
+    """Move the torchmetrics ``Metric`` submodules of ``module`` to ``device`` (when torchmetrics is in use).
 
     Sharding moves only parameters and buffers: a metric's states are neither, so they would stay where the
-    model was created while its inputs arrive on ``device``.
+    model was created while its inputs arrive on ``device``. A module can hold a ``Metric`` only once torchmetrics
+    is imported, so it is not imported here (that takes seconds, on every rank).
     """
-    if not RequirementCache("torchmetrics"):
+    if "torchmetrics" not in sys.modules:
         return
     from torchmetrics import Metric
 
