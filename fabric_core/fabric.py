@@ -37,7 +37,6 @@ from fabric_core.utilities.data import _replace_dunder_methods
 from fabric_core.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
 from fabric_core.utilities.seed import seed_everything as _seed_everything
 from fabric_core.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap_compiled, unwrap_objects
-from fabric_core.wrappers._guard import BackwardState
 
 if TYPE_CHECKING:
     from fabric_core._kernel.manager import PluginManager
@@ -114,7 +113,6 @@ class Fabric(Checkpoints):
         # device about its dtype only then). Until a model is set up, backward takes the general path.
         self._plain_backward = False
         self._direct_backward = False
-        self._backward_announced = False
         set_active_strategy(self._strategy)
         self._prepare_run_method()
         if _launched_by_cli() or components.processes_exist:
@@ -244,10 +242,10 @@ class Fabric(Checkpoints):
         model = FabricModule(module, self._strategy, original_module=original)
         self._models_setup += 1
         plan = wrappers.step_plan(self._strategy)
-        # When neither the strategy nor the precision changes backward, it is `loss.backward()`; direct when no
-        # guard on the model outputs needs `fabric.backward` announced first.
+        # When neither the strategy nor the precision changes backward, it is `loss.backward()`; direct when the
+        # model outputs carry no guard that must see `fabric.backward` running.
         self._plain_backward = plan.plain_backward
-        self._direct_backward = plan.direct_backward or (plan.plain_backward and self._backward_announced)
+        self._direct_backward = plan.direct_backward
         lightning_module.attach(self, model, self._callbacks, move_to_device)  # before the optimizers are wrapped
         self._log_hooks = None  # the module may have joined the callbacks
         wrapped = [FabricOptimizer(opt, self._strategy, self._callbacks) for opt in set_up]
@@ -334,11 +332,12 @@ class Fabric(Checkpoints):
                 tensor.backward()  # type: ignore[no-untyped-call]
             return
         state = wrappers.backward_state
-        if self._plain_backward:
-            # The outputs carry the guard that a plain backward lifts once this Fabric is announced (see
-            # FabricModule): from then on every call is direct.
-            self._announce_backward(state)
-            tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if self._plain_backward:  # the outputs carry the guard (the precision overrides a backward hook)
+            state.active = True
+            try:
+                tensor.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
+            finally:
+                state.active = False
             return
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
@@ -348,15 +347,6 @@ class Fabric(Checkpoints):
             self._strategy.backward(tensor, module, *args, **kwargs)
         finally:
             state.active = False
-        if not self._backward_announced:
-            self._announce_backward(state)
-
-    def _announce_backward(self, state: BackwardState) -> None:
-        # Once per Fabric (a WeakSet.add builds a weak reference, half a microsecond on every step). FabricModules
-        # stop guarding their outputs when they see it, and the guards of a plain backward let it pass.
-        state.used_by.add(self._strategy)
-        self._backward_announced = True
-        self._direct_backward = self._plain_backward
 
     def clip_gradients(
         self,

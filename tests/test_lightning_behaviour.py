@@ -192,3 +192,25 @@ def test_64_true_keeps_complex_buffers_complex_as_lightning_does() -> None:
         model = fabric.setup(WithSpectrum())
         converted.append((model.linear.weight.dtype, model.spectrum.dtype, model.spectrum.tolist(), model.steps.dtype))
     assert converted[0] == converted[1] == (torch.float64, torch.complex64, [1 + 2j, 3 - 4j], torch.int64)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_a_raw_backward_is_refused_as_lightning_refuses_it_on_every_step(precision: str) -> None:
+    from torch import nn
+
+    def outcomes(library: Any) -> list[str]:
+        fabric = library.Fabric(accelerator="cpu", devices=1, precision=precision)
+        model = fabric.setup(nn.Linear(2, 2))
+        seen = []
+        for _ in range(2):  # the second time after fabric.backward has run
+            try:
+                model(torch.rand(2, 2)).sum().backward()
+                seen.append("ran")
+            except RuntimeError as error:
+                seen.append(str(error))
+            fabric.backward(model(torch.rand(2, 2)).sum())
+        return seen
+
+    expected = outcomes(lightning_fabric)
+    assert outcomes(fabric_core) == expected
+    assert ("fabric.backward(loss)" in expected[-1]) is (precision == "bf16-mixed")

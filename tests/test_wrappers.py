@@ -421,17 +421,32 @@ def test_is_wrapped_sees_through_torch_compile() -> None:
     assert unwrap_objects(compiled) is model.module
 
 
-def test_plain_bf16_backward_guard_is_dropped_once_fabric_backward_ran() -> None:
+def test_plain_bf16_backward_stays_guarded_after_fabric_backward_ran() -> None:
+    # Lightning's rule: the precision overrides a backward hook, so a raw backward is refused on every step,
+    # also after the loop has called fabric.backward (Lightning's test_backward_required).
     fabric = make_fabric(precision="bf16-mixed")
     model = fabric.setup(nn.Linear(4, 2))
     x = torch.randn(2, 4)
     fabric.backward(model(x).sum())
-    expected = model.weight.grad.clone()
-    model.weight.grad = None
-    output = model(x)
-    assert output._backward_hooks is None  # this loop calls fabric.backward: no per-step hook any more
-    output.sum().backward()  # bf16-mixed has no scaler: a raw backward computes the same gradients
-    torch.testing.assert_close(model.weight.grad, expected)
+    for output in (model(x), model(x, **{}), model(model.module.weight.new_ones(2, 4))):
+        assert output._backward_hooks is not None
+        with pytest.raises(RuntimeError, match=r"requires you to call `fabric.backward\(loss\)`"):
+            output.sum().backward()
+    chained = fabric.setup(nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match=r"requires you to call `fabric.backward\(loss\)`"):
+        chained(model(x)).sum().backward()
+    fabric.backward(chained(model(x)).sum())  # and fabric.backward of the same still runs
+
+
+def test_a_guarded_backward_that_fails_leaves_the_guard_armed() -> None:
+    fabric = make_fabric(precision="bf16-mixed")
+    model = fabric.setup(nn.Linear(4, 2))
+    loss = model(torch.randn(2, 4)).sum()
+    fabric.backward(loss)
+    with pytest.raises(RuntimeError):
+        fabric.backward(loss)  # the graph is freed: backward fails inside fabric.backward
+    with pytest.raises(RuntimeError, match=r"requires you to call `fabric.backward\(loss\)`"):
+        model(torch.randn(2, 4)).sum().backward()
 
 
 def test_scaled_backward_stays_guarded_after_fabric_backward() -> None:
@@ -528,20 +543,6 @@ def test_a_copied_wrapper_with_hooks_still_runs_them() -> None:
     model.register_forward_hook(lambda m, args, out: out * 0)
     copied = copy.deepcopy(model)
     assert torch.equal(copied(torch.randn(3, 4)), torch.zeros(3, 2))
-
-
-def test_once_fabric_backward_ran_a_plain_guard_lets_a_raw_backward_through() -> None:
-    # bf16-mixed computes the same gradients either way: the guard only points out a loop that never calls
-    # fabric.backward.
-    fabric = make_fabric(precision="bf16-mixed")
-    model = fabric.setup(nn.Linear(4, 2))
-    early = model(torch.randn(2, 4)).sum()  # guarded: fabric.backward has not run yet
-    with pytest.raises(RuntimeError, match=r"requires you to call `fabric\.backward"):
-        model(torch.randn(2, 4)).sum().backward()
-    fabric.backward(model(torch.randn(2, 4)).sum())
-    model.weight.grad = None
-    early.backward()
-    assert model.weight.grad is not None
 
 
 class _ScalingPrecision(Precision):

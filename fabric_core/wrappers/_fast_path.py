@@ -29,7 +29,7 @@ from torch.nn import Module
 from torch.nn.modules import module as _torch_module
 
 from fabric_core.precision.precision import convert_floating_tensors
-from fabric_core.wrappers._guard import attach_backward_guard, backward_state, guard_raw_backward, plain_guard
+from fabric_core.wrappers._guard import attach_backward_guard, guard_raw_backward
 from fabric_core.wrappers._plan import StepPlan
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class CallState:
 
     Args:
         plan: The step plan of the wrapper's strategy.
-        strategy: The strategy (the plain guard asks whether its ``fabric.backward`` has run).
+        strategy: The strategy.
         forward_module: The strategy's module (``None``: none to call directly).
     """
 
@@ -122,7 +122,7 @@ class CallState:
         self.strategy: Final = strategy
         #: Cleared for good by a hook registered on the wrapper, or by compiling it (invariant 3).
         self.direct_call = DIRECT_CALLS
-        #: Cleared for good once the loop is seen to call ``fabric.backward`` where backward is plain.
+        #: Outputs carry the guard against a raw ``loss.backward()`` (Lightning's rule, see ``StepPlan``).
         self.guards_backward = plan.guards_backward
         self.forward_module_state = direct_forward_state(forward_module) if forward_module is not None else None
         # The declared autocast, checked once (invariant 5).
@@ -172,13 +172,7 @@ def precision_forward(module: Module, call: CallState, args: tuple[Any, ...], kw
     elif plan.convert_output is not None:
         output = plan.convert_output(output)
     if call.guards_backward:
-        strategy = call.strategy
-        if not plan.plain_backward:
-            attach_backward_guard(output, guard_raw_backward)
-        elif strategy not in backward_state.used_by:
-            attach_backward_guard(output, plain_guard(strategy))
-        else:
-            call.guards_backward = False  # for good: this loop calls `fabric.backward`
+        attach_backward_guard(output, guard_raw_backward)
     return output
 
 
@@ -195,7 +189,7 @@ def fabric_module_call(self: Module, *args: Any, **kwargs: Any) -> Any:
     plan = call.plan
     plain = plan.plain_forward
     autocast_call = call.autocast_call
-    if not plain and (autocast_call is None or len(args) != 1 or kwargs or call.guards_backward):
+    if not plain and (autocast_call is None or len(args) != 1 or kwargs):
         return precision_forward(module, call, args, kwargs)
     # The strategy's module, called the way `Module.__call__` calls a module without hooks: its `forward`
     # directly (another two frames and seven slow attribute lookups less).
@@ -226,7 +220,13 @@ def fabric_module_call(self: Module, *args: Any, **kwargs: Any) -> Any:
         output = forward(x)
     default = _get_default_dtype()
     if not isinstance(output, Tensor):
-        return convert_floating_tensors(output, default)
-    if output.dtype is not default and output.dtype.is_floating_point:
-        return output.to(dtype=default)
+        output = convert_floating_tensors(output, default)
+    elif output.dtype is not default and output.dtype.is_floating_point:
+        output = output.to(dtype=default)
+    if call.guards_backward:  # the stock mixed precisions: their backward hooks make Lightning's rule apply
+        if type(output) is Tensor:
+            if output.requires_grad:
+                output.register_hook(guard_raw_backward)  # type: ignore[no-untyped-call]
+        else:
+            attach_backward_guard(output, guard_raw_backward)
     return output

@@ -1,22 +1,19 @@
 """The guard against a raw ``loss.backward()`` where ``fabric.backward`` must run instead.
 
 Model outputs carry a tensor hook that refuses a backward not started by ``fabric.backward`` (Lightning's
-rule). :data:`backward_state` is the one process-wide record that ``fabric.backward`` is running, and which
-strategies' training loops are known to call it.
+rule): where the strategy or the precision overrides backward in its class, even where backward is plain
+(``bf16-mixed``). :data:`backward_state` is the one process-wide record that ``fabric.backward`` is running.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from torch import Tensor
 
-from fabric_core.strategies.strategy import Strategy
-
-__all__ = ["BackwardState", "attach_backward_guard", "backward_state", "guard_raw_backward", "plain_guard"]
+__all__ = ["BackwardState", "attach_backward_guard", "backward_state", "guard_raw_backward"]
 
 _RAW_BACKWARD_MESSAGE: Final = (
     "The current strategy and precision selection requires you to call `fabric.backward(loss)` instead of"
@@ -25,38 +22,21 @@ _RAW_BACKWARD_MESSAGE: Final = (
 
 
 class BackwardState:
-    """Whether ``fabric.backward`` is running (the guard on model outputs reads it), and whether it has run."""
+    """Whether ``fabric.backward`` is running (the guard on model outputs reads it)."""
 
-    __slots__ = ("active", "used_by")
+    __slots__ = ("active",)
 
     def __init__(self) -> None:
         self.active = False
-        #: Strategies whose ``fabric.backward`` has run: their training loop is known to call it.
-        self.used_by: weakref.WeakSet[Strategy] = weakref.WeakSet()
 
 
 backward_state: Final = BackwardState()
 
 
 def guard_raw_backward(grad: Tensor) -> None:
-    """The guard where backward differs (loss scaling, a strategy's backward): only `fabric.backward` may run it."""
+    """The guard on model outputs: only ``fabric.backward`` may run their backward."""
     if not backward_state.active:
         raise RuntimeError(_RAW_BACKWARD_MESSAGE)
-
-
-def plain_guard(strategy: Strategy) -> Callable[[Tensor], None]:
-    """The guard where backward is plain but the API still refuses a raw one (Lightning's rule).
-
-    It lets a raw backward through once ``fabric.backward`` has run for ``strategy``: the gradients are the
-    same, and the guard only points out the mistake in a loop that never calls ``fabric.backward``. So,
-    once announced, ``fabric.backward`` needs no bookkeeping around each step's backward.
-    """
-
-    def guard(grad: Tensor) -> None:
-        if not backward_state.active and strategy not in backward_state.used_by:
-            raise RuntimeError(_RAW_BACKWARD_MESSAGE)
-
-    return guard
 
 
 def attach_backward_guard(data: Any, guard: Callable[[Tensor], None]) -> None:

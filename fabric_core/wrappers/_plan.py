@@ -82,7 +82,7 @@ class StepPlan:
 
     @property
     def direct_backward(self) -> bool:
-        """``fabric.backward`` is ``loss.backward()`` and no output guard needs announcing first."""
+        """``fabric.backward`` is ``loss.backward()`` and no output guard must see it running."""
         return self.plain_backward and not self.guards_backward
 
 
