@@ -48,6 +48,10 @@ GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "checkpoint": ("rows_checkpoint", ("ckpt_save", "ckpt_save_nosync", "ckpt_load")),
+    "load_memory": (
+        "rows_load_memory",
+        ("load_rss_150MB", "load_time_150MB", "load_rss_600MB", "load_time_600MB", "load_rss_1.2GB", "load_time_1.2GB"),
+    ),
     "observe": ("rows_observe", ("steps_mlp_watched",)),
     "recovery": ("rows_recovery", ("recovery",)),
     "async": ("rows_async", ("ckpt_async_blocked",)),

@@ -323,6 +323,75 @@ def test_load_copies_what_a_module_would_keep_from_the_file(tmp_path: Path) -> N
     assert again[2].loaded_version == 3
 
 
+def _momentum(optimizer: Any) -> list[torch.Tensor]:
+    return [state["momentum_buffer"] for state in optimizer.optimizer.state.values()]
+
+
+class _KeepsWhatItLoads(torch.optim.SGD):
+    """An optimizer whose own ``load_state_dict`` keeps the state dict it is given."""
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self.kept = state_dict
+        super().load_state_dict(state_dict)
+
+
+@requires_proc_maps
+def test_load_copies_the_optimizer_state_into_the_tensors_it_replaces(tmp_path: Path) -> None:
+    fabric = make_fabric()
+    model, optimizer, _ = trained_objects(fabric, seed=0)
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"model": model, "optimizer": optimizer})
+    restored_model, restored_optimizer, _ = trained_objects(fabric, seed=1)
+    addresses = [tensor.data_ptr() for tensor in _momentum(restored_optimizer)]
+    held = _momentum(restored_optimizer)[0]  # a tensor the caller holds is not written into
+    held_before = held.clone()
+    fabric.load(path, {"model": restored_model, "optimizer": restored_optimizer})
+    assert not _is_mapped(path)
+    path.write_bytes(b"")  # a mapping left behind would now fault on access
+    assert_same_tensors(restored_optimizer.state_dict(), optimizer.state_dict())
+    # The loaded values went into the state they replaced (no new memory), but for the tensor held elsewhere.
+    after = _momentum(restored_optimizer)
+    assert [tensor.data_ptr() for tensor in after[1:]] == addresses[1:]
+    assert after[0] is not held and torch.equal(held, held_before)
+    assert torch.equal(after[0], _momentum(optimizer)[0])
+
+
+@requires_proc_maps
+@pytest.mark.parametrize("kind", ["fresh", "own_load_state_dict"])
+def test_load_into_an_optimizer_without_state_to_replace_keeps_nothing_mapped(tmp_path: Path, kind: str) -> None:
+    fabric = make_fabric()
+    model, optimizer, _ = trained_objects(fabric, seed=0)
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"model": model, "optimizer": optimizer})
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    kind_of = torch.optim.SGD if kind == "fresh" else _KeepsWhatItLoads
+    target = kind_of(net.parameters(), lr=1.0, momentum=0.9)
+    fabric.load(path, {"model": net, "optimizer": target})
+    assert not _is_mapped(path)
+    path.write_bytes(b"")
+    assert_same_tensors(target.state_dict(), optimizer.state_dict())
+
+
+@requires_proc_maps
+def test_an_optimizer_alone_is_mapped_too(tmp_path: Path, torch_load_calls: list[dict[str, Any]]) -> None:
+    fabric = make_fabric()
+    _, optimizer, _ = trained_objects(fabric, seed=0)
+    raw = tmp_path / "raw.pt"
+    torch.save(optimizer.optimizer.state_dict(), raw)
+    _, target, _ = trained_objects(fabric, seed=1)
+    fabric.load_raw(raw, target)
+    assert torch_load_calls[-1]["mmap"] is True
+    assert not _is_mapped(raw)
+    assert_same_tensors(target.state_dict(), optimizer.state_dict())
+    path = tmp_path / "checkpoint.pt"
+    fabric.save(path, {"optimizer": optimizer, "step": 3})
+    state: dict[str, Any] = {"optimizer": target, "step": 0}
+    fabric.load(path, state)
+    assert torch_load_calls[-1]["mmap"] is True
+    assert not _is_mapped(path)
+    assert state["step"] == 3
+
+
 def test_load_with_weights_only_false_reads_the_file(tmp_path: Path, torch_load_calls: list[dict[str, Any]]) -> None:
     fabric = make_fabric()
     model, _, _ = trained_objects(fabric)

@@ -387,18 +387,16 @@ class Strategy(ABC):
     ) -> dict[str, Any]:
         """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``).
 
-        Where ``state`` holds a module, the file is mapped rather than read (when the checkpoint I/O declares
-        :attr:`~fabric_core.io.checkpoint_io.CheckpointIO.supports_mmap`, and ``weights_only`` is not
-        ``False``): modules copy their tensors straight from the file's pages, which spares reading them into
-        memory first (see ``restore_state``).
+        Where ``state`` holds a module or an optimizer, the file is mapped rather than read (when the checkpoint
+        I/O declares :attr:`~fabric_core.io.checkpoint_io.CheckpointIO.supports_mmap`, and ``weights_only`` is
+        not ``False``): modules copy their tensors straight from the file's pages, optimizers copy theirs out
+        one at a time, which spares reading the checkpoint into memory first (see ``restore_state``).
         """
+        restored = state.values() if isinstance(state, dict) else [state]
         mapped = (
             weights_only is not False
             and self.checkpoint_io.supports_mmap
-            and (
-                isinstance(state, Module)
-                or (isinstance(state, dict) and any(isinstance(v, Module) for v in state.values()))
-            )
+            and any(isinstance(obj, (Module, Optimizer)) for obj in restored)
         )
         options = {"mmap": True} if mapped else {}
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only, **options)
@@ -406,7 +404,9 @@ class Strategy(ABC):
             load_module(self, state, checkpoint, strict=strict, mapped=mapped)
             return {}
         if isinstance(state, Optimizer):
-            state.load_state_dict(checkpoint)
+            from fabric_core.io.restore import load_optimizer  # beside restore_state, imported with it already
+
+            load_optimizer(state, checkpoint, mapped=mapped)
             return {}
         if not state:
             return checkpoint
