@@ -102,6 +102,37 @@ def test_each_strategy_keeps_the_s3_url(strategy: str, written: list[str], s3_bu
     assert list(in_tmp.iterdir()) == []
 
 
+@pytest.mark.parametrize("strategy", ["auto", "fsdp"])
+def test_save_raw_writes_safetensors_into_the_bucket_and_load_raw_reads_them(
+    strategy: str, s3_bucket: str, in_tmp: Path
+) -> None:
+    """A folder of shards (index last) and one file at their URLs; with fsdp each DTensor is gathered whole."""
+    from safetensors.torch import load as load_bytes
+
+    fabric = _fabric(strategy=strategy)
+    torch.manual_seed(0)
+    source = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))
+    reference = {k: v.clone() for k, v in source.state_dict().items()}
+    model = fabric.setup_module(source)
+    fabric.save_raw(f"{s3_bucket}/hf", model, max_shard_size=60)
+    fabric.save_raw(f"{s3_bucket}/one.safetensors", model)
+    stored = keys(s3_bucket)
+    shards = [k for k in stored if k.startswith("hf/model-")]
+    assert len(shards) == 4 and "hf/model.safetensors.index.json" in stored and "one.safetensors" in stored
+    whole = load_bytes(s3().cat(f"{s3_bucket}/one.safetensors".removeprefix("s3://")))
+    assert all(torch.equal(whole[k], v) for k, v in reference.items())
+    for url in (f"{s3_bucket}/hf", f"{s3_bucket}/one.safetensors"):
+        torch.manual_seed(1)
+        fresh = fabric.setup_module(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)))
+        assert fabric.load_raw(url, fresh) == ([], [])
+        state = {k: getattr(v, "full_tensor", lambda v=v: v)() for k, v in fresh.state_dict().items()}
+        assert all(torch.equal(state[k], v) for k, v in reference.items())
+    # Saved again in one file: the shards and the index go, so the folder is model.safetensors alone.
+    fabric.save_raw(f"{s3_bucket}/hf", model)
+    assert [k for k in keys(s3_bucket) if k.startswith("hf/")] == ["hf/model.safetensors"]
+    assert list(in_tmp.iterdir()) == []
+
+
 def test_run_checkpoints_in_a_bucket_resume_prune_and_write_the_marker_last(
     s3_bucket: str, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
