@@ -170,7 +170,16 @@ def _write_blocks(pieces: Sequence[Piece], shards: Sequence[Shard], temps: dict[
                 continue
             file, start = starts[piece.name]
             if file not in descriptors:
-                descriptors[file] = os.open(temps[file], os.O_WRONLY)
+                try:
+                    descriptors[file] = os.open(temps[file], os.O_WRONLY)
+                except FileNotFoundError:
+                    raise CheckpointError(
+                        f"`fabric.save_raw`: this process cannot see {os.fspath(temps[file])!r}, which global rank 0 "
+                        "created for it to write its shards into. Every rank writes into the same files, so the "
+                        "path must be on a filesystem that every node mounts at the same path.",
+                        path=os.fspath(temps[file]),
+                        reason="not_shared",
+                    ) from None
             raw = _as_bytes(data, piece.dtype)
             itemsize = torch.empty((), dtype=piece.dtype).element_size()
             for at, offset, length in byte_runs(piece.shape, piece.offsets, piece.block, itemsize):
