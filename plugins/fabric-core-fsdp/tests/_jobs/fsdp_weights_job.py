@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from model_parallel_job import parallelize  # tensor parallel over its Linear(0) and Linear(2), then FSDP2
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from fabric_core import Fabric, spec
 from fabric_core.io.weights.pieces import canonical
@@ -35,12 +33,6 @@ def make(seed: int) -> nn.Sequential:
     """Odd sizes, so that shards are uneven."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(6, 14), nn.ReLU(), nn.Linear(14, 5))
-
-
-def parallelize(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
-    parallelize_module(model, mesh["tensor_parallel"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    fully_shard(model, mesh=mesh["data_parallel"])
-    return model
 
 
 def whole(module: nn.Module, fabric: Fabric) -> dict[str, torch.Tensor]:
