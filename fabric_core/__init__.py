@@ -106,6 +106,11 @@ class _AliasFinder:
 if not any(getattr(f, "fabric_core_alias_finder", False) for f in sys.meta_path):
     sys.meta_path.append(_AliasFinder())
 
+# Zero-edit mode serves `lightning.fabric` as this package, and Lightning's import sets this variable: a
+# `importlib.reload(lightning.fabric)` after the environment was cleared sets it again, as Lightning's would.
+if any(getattr(f, "fabric_core_lightning_imports", False) for f in sys.meta_path):
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
 # Lightning's package reads this switch when it is imported; a user who set it (for Lightning or for us) asked
 # for the possible-mistake hints to be silenced. Nothing happens unless it is set.
 if os.environ.get("POSSIBLE_USER_WARNINGS", "").lower() in ("0", "off"):

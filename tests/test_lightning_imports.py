@@ -300,6 +300,45 @@ def test_log_records_carry_lightnings_logger_names_and_the_nvml_check_is_set_as_
     assert json.loads(ours.stdout.splitlines()[-1]) == expected
 
 
+IMPORT_EFFECTS_SCRIPT = """
+import importlib, json, os
+import torch
+import lightning.fabric
+
+os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK")
+importlib.reload(lightning.fabric)  # as Lightning's test_force_nvml_based_cuda_check does
+model = torch.nn.Linear(1, 2)
+compiled = torch.compile(model, dynamic=False)
+fabric_model = lightning.fabric.Fabric(accelerator="cpu", devices=1).setup(compiled)
+print(json.dumps({
+    "nvml": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+    "recorded": compiled._compile_kwargs,
+    "set_up": fabric_model._forward_module._compile_kwargs,
+    "original": fabric_model._original_module is model,
+}))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_importing_lightning_names_has_lightnings_effects_on_torch_compile_and_the_environment(
+    tmp_path: Path,
+) -> None:
+    # Lightning's import makes torch.compile record its arguments (test_setup_compiled_module) and sets the
+    # NVML check again when lightning.fabric is reloaded; fabric-core's own import does neither.
+    script = tmp_path / "effects.py"
+    script.write_text(IMPORT_EFFECTS_SCRIPT)
+    lightning = python([str(script)], tmp_path)
+    ours = python(["-m", "fabric_core.lightning_imports", str(script)], tmp_path)
+    succeeded(lightning, "installed")
+    succeeded(ours, "installed")
+    expected = {"nvml": "1", "recorded": {"dynamic": False}, "set_up": {"dynamic": False}, "original": True}
+    assert json.loads(lightning.stdout.splitlines()[-1]) == expected
+    assert json.loads(ours.stdout.splitlines()[-1]) == expected
+    plain = python(["-c", "import torch, fabric_core.wrappers; print(torch.compile.__module__)"], tmp_path)
+    succeeded(plain, "installed")
+    assert plain.stdout.split()[-1] == "torch"
+
+
 @pytest.mark.timeout(90)
 def test_imports_and_runs_where_torch_has_no_distributed_package(tmp_path: Path) -> None:
     # A torch built without torch.distributed (as Lightning's own test pretends it): Lightning's paths import,

@@ -63,10 +63,28 @@ class _SameModuleLoader:
             ) from exc
         # The import system sets __spec__ on the module it is given; keep the module's own (restored below).
         self._own_spec = module.__spec__
+        _record_compile_arguments()
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._own_spec  # the module was executed by its own import already
+
+
+def _record_compile_arguments() -> None:
+    """Do what importing Lightning Fabric does to ``torch.compile`` (once): a compiled module records the
+    arguments it was compiled with (``_compile_kwargs``), which ``fabric.setup`` then compiles again with.
+
+    Only here, when a program imports Lightning's names: fabric-core's own import leaves ``torch.compile`` alone.
+    """
+    torch = sys.modules.get("torch")
+    compile_fn = getattr(torch, "compile", None)
+    if compile_fn is None or getattr(compile_fn, "fabric_core_records_arguments", False):
+        return
+    from fabric_core.wrappers import _capture_compile_kwargs
+
+    recording = _capture_compile_kwargs(compile_fn)
+    recording.fabric_core_records_arguments = True  # type: ignore[attr-defined]
+    torch.compile = recording
 
 
 class _StandInLoader:
@@ -156,7 +174,8 @@ def install() -> None:
     """Turn zero-edit mode on in this process and the processes it starts; a second call does nothing.
 
     As Lightning's import does, it sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (unless set), and fabric-core's
-    log records take Lightning's logger names (:mod:`fabric_core._lightning.loggers`).
+    log records take Lightning's logger names (:mod:`fabric_core._lightning.loggers`); the first Lightning name
+    imported makes ``torch.compile`` record its arguments, as importing Lightning Fabric does.
 
     Raises:
         InvalidConfigError: Lightning Fabric's own modules are imported already: serving the names now would
