@@ -76,7 +76,7 @@ def _record_compile_arguments() -> None:
 
     Only here, when a program imports Lightning's names: fabric-core's own import leaves ``torch.compile`` alone.
     """
-    torch = sys.modules.get("torch")
+    torch: Any = sys.modules.get("torch")
     compile_fn = getattr(torch, "compile", None)
     if compile_fn is None or getattr(compile_fn, "fabric_core_records_arguments", False):
         return
