@@ -266,7 +266,9 @@ class FSDPStrategy(ShardedStrategy):
             return as_mixed_precision(self._mp_policy)
         precision = self.precision
         if isinstance(precision, FSDPPrecision):
-            return precision.mixed_precision_config
+            # What FSDP2 runs: the mixed precisions reduce gradients in float32, not as Lightning's FSDP1 config.
+            policy = precision.mixed_precision_policy
+            return as_mixed_precision(policy) if policy is not None else precision.mixed_precision_config
         if getattr(precision, "precision", None) == "32-true":
             return MixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
         return None

@@ -11,6 +11,7 @@ from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, true_conversions
 from fabric_core.precision.scaling import LossScaling
+from fabric_core.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["FSDPPrecision"]
 
@@ -92,12 +93,16 @@ class FSDPPrecision(LossScaling):
 
     @property
     def mixed_precision_config(self) -> MixedPrecision:
-        """The dtypes in use, as torch's (FSDP1) ``MixedPrecision`` (the type Lightning's plugin reports).
+        """Lightning's FSDP1 ``MixedPrecision`` for this precision: parameters, gradient reduction and buffers
+        all in its dtype (what ``FSDP1Strategy`` wraps with). Under FSDP2 the mixed precisions reduce gradients
+        in float32 instead (:attr:`mixed_precision_policy`; ``FSDPStrategy.mixed_precision_config`` says so).
 
-        The "true" precisions hold everything in their dtype. The mixed ones gather parameters in the half
-        dtype but reduce gradients in float32 and leave buffers as they are (``buffer_dtype=None``); Lightning's
-        FSDP1 plugin reduces and keeps buffers in the half dtype instead.
+        Warns, as Lightning does, that ``"16-true"`` and ``"bf16-true"`` compute in the lower precision.
         """
-        if self.is_true:
-            return MixedPrecision(param_dtype=self.dtype, reduce_dtype=self.dtype, buffer_dtype=self.dtype)
-        return MixedPrecision(param_dtype=self.dtype, reduce_dtype=torch.float32, buffer_dtype=None)
+        if self.is_true and self.dtype != torch.float32:
+            rank_zero_warn(
+                f"FSDP with `{self.precision}` enables computation in lower precision. "
+                "FSDP will always retain a full-precision copy of the model parameters for sharding.",
+                category=UserWarning,
+            )
+        return MixedPrecision(param_dtype=self.dtype, reduce_dtype=self.dtype, buffer_dtype=self.dtype)

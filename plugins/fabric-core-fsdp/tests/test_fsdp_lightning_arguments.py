@@ -6,6 +6,7 @@ Both strategies are only constructed here (no processes): what they report must 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import pytest
@@ -136,19 +137,24 @@ def test_the_given_mixed_precision_wins_over_the_plugins() -> None:
     assert strategy.mixed_precision_config is given
 
 
-@pytest.mark.parametrize("precision", ["32-true", "bf16-true", "16-true"])
-def test_the_plugins_config_matches_lightnings_where_the_dtypes_agree(precision: str) -> None:
-    ours = FSDPPrecision(precision, device="cpu").mixed_precision_config
-    with pytest.warns(UserWarning) if precision != "32-true" else contextlib.nullcontext():
+@pytest.mark.parametrize("precision", ["32-true", "bf16-true", "16-true", "bf16-mixed", "16-mixed"])
+def test_the_plugins_config_and_warning_are_lightnings(precision: str) -> None:
+    # Lightning's FSDP1 config (what FSDP1Strategy wraps with), and its warning for the "true" half precisions.
+    expect = pytest.warns(UserWarning, match="enables computation in lower precision")
+    with expect if precision.endswith("16-true") else warnings.catch_warnings():
+        if not precision.endswith("16-true"):
+            warnings.simplefilter("error")
+        ours = FSDPPrecision(precision, device="cpu").mixed_precision_config
+    with pytest.warns(UserWarning) if precision.endswith("16-true") else contextlib.nullcontext():
         theirs = lightning_precision.FSDPPrecision(precision).mixed_precision_config
     assert ours == theirs
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
-def test_the_mixed_plugins_config_reports_float32_gradient_reduction(precision: str, dtype: torch.dtype) -> None:
-    # A deliberate difference: Lightning's FSDP1 plugin reduces gradients (and keeps buffers) in the half dtype.
-    config = FSDPPrecision(precision, device="cpu").mixed_precision_config
-    assert config == MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32, buffer_dtype=None)
+def test_the_fsdp2_strategy_reports_the_float32_gradient_reduction_it_runs(precision: str, dtype: torch.dtype) -> None:
+    # A deliberate difference: FSDP2 reduces gradients in float32 where Lightning's FSDP1 reduces in the half dtype.
+    strategy = connect_to_cpus(FSDPStrategy(), precision=FSDPPrecision(precision, device="cpu"))
+    assert strategy.mixed_precision_config == MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
 def test_the_plain_32_true_plugin_reports_float32_everywhere_as_lightnings_default() -> None:
