@@ -339,6 +339,35 @@ def test_importing_lightning_names_has_lightnings_effects_on_torch_compile_and_t
     assert plain.stdout.split()[-1] == "torch"
 
 
+RANK_AGAIN_SCRIPT = """
+import json, os, sys
+import lightning.fabric
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+rank_zero_only.rank = 0  # assigned, as a strategy (or Lightning's test fixture) does
+os.environ["RANK"] = "1"
+seen = [rank_zero_only(lambda: "ran")()]
+del sys.modules["lightning.fabric.utilities.rank_zero"]
+sys.modules.pop("lightning_utilities.core.rank_zero", None)
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+seen.append(rank_zero_only(lambda: "ran")())  # imported anew: the rank from the environment
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_zero_module_imported_again_reads_the_rank_from_the_environment_as_lightnings(tmp_path: Path) -> None:
+    # Lightning's utilities/test_rank_zero.py::test_rank_zero_known_environment_variables[env_vars5-8].
+    script = tmp_path / "rank_again.py"
+    script.write_text(RANK_AGAIN_SCRIPT)
+    lightning = python([str(script)], tmp_path)
+    ours = python(["-m", "fabric_core.lightning_imports", str(script)], tmp_path)
+    succeeded(lightning, "installed")
+    succeeded(ours, "installed")
+    assert json.loads(lightning.stdout.splitlines()[-1]) == ["ran", None]
+    assert json.loads(ours.stdout.splitlines()[-1]) == ["ran", None]
+
+
 @pytest.mark.timeout(90)
 def test_imports_and_runs_where_torch_has_no_distributed_package(tmp_path: Path) -> None:
     # A torch built without torch.distributed (as Lightning's own test pretends it): Lightning's paths import,

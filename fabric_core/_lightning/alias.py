@@ -43,8 +43,17 @@ _PYTORCH_NAMES: Final = frozenset(
 )
 
 
+#: The Lightning names served in this process so far (a name imported again was removed from ``sys.modules``).
+_served_names: Final[set[str]] = set()
+
+
 class _SameModuleLoader:
-    """Loads ``lightning_fabric.X`` as the module object ``fabric_core.X`` (no second copy)."""
+    """Loads ``lightning_fabric.X`` as the module object ``fabric_core.X`` (no second copy).
+
+    Importing a Lightning name again after it was removed from ``sys.modules`` runs Lightning's module anew,
+    which recomputes its import-time state; the one module object here cannot run again, so it is told
+    through its ``_lightning_import_again()``, where it has one (``rank_zero`` forgets an assigned rank).
+    """
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -64,6 +73,11 @@ class _SameModuleLoader:
         # The import system sets __spec__ on the module it is given; keep the module's own (restored below).
         self._own_spec = module.__spec__
         _record_compile_arguments()
+        if spec.name in _served_names:
+            again = getattr(module, "_lightning_import_again", None)
+            if callable(again):
+                again()
+        _served_names.add(spec.name)
         return module
 
     def exec_module(self, module: ModuleType) -> None:

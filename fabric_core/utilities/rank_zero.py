@@ -167,6 +167,12 @@ class RankZeroOnly:
 rank_zero_only: Final[RankZeroOnly] = RankZeroOnly()
 
 
+def _lightning_import_again() -> None:
+    """Zero-edit mode, on an import of Lightning's name for this module after it was removed from
+    ``sys.modules``: Lightning's module, run again, reads the rank from the environment; so does this one."""
+    rank_zero_only.reset()
+
+
 @rank_zero_only
 def rank_zero_debug(*args: Any, stacklevel: int = 1, **kwargs: Any) -> None:
     """Log at DEBUG level (logger ``fabric_core.utilities.rank_zero``) on rank 0 only.
