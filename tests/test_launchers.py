@@ -96,10 +96,23 @@ def test_spawn_while_importing_main_asks_for_the_main_guard(monkeypatch: pytest.
         MultiProcessingLauncher(strategy(), start_method="spawn").launch(print)
 
 
-def test_fork_is_refused_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_fork_is_refused_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch, start_method: str) -> None:
+    # Lightning's message (its test_check_for_bad_cuda_fork), also where torch has `_is_in_bad_fork`.
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # this machine has no GPU
-    with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*ddp_spawn"):
-        MultiProcessingLauncher(strategy(), start_method="fork").launch(print)
+    with pytest.raises(
+        RuntimeError, match=r"Lightning can't create new processes if CUDA is already initialized.*ddp_spawn"
+    ):
+        MultiProcessingLauncher(strategy(), start_method=start_method).launch(print)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_a_process_forked_after_cuda_was_initialised_cannot_fork_workers(
+    monkeypatch: pytest.MonkeyPatch, start_method: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True, raising=False)
+    with pytest.raises(RuntimeError, match="Cannot re-initialize CUDA in forked subprocess"):
+        MultiProcessingLauncher(strategy(), start_method=start_method).launch(print)
 
 
 # -- real processes: the script (or module) runs again as rank 1 -----------------------------------------

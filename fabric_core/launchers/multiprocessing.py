@@ -99,10 +99,11 @@ class MultiProcessingLauncher(Launcher):
             torch.multiprocessing.ProcessRaisedException: A worker raised (its traceback is included);
                 the other workers are terminated.
         """
-        # Called by Lightning's names, the module globals its tests patch.
-        if self.start_method == "fork":
+        # Called by Lightning's names, the module globals its tests patch. 'forkserver' is checked for CUDA as
+        # Lightning checks it, and for the main guard as 'spawn' is (its server imports the main module too).
+        if self.start_method in ("fork", "forkserver"):
             _check_bad_cuda_fork()
-        else:
+        if self.start_method != "fork":
             _check_missing_main_guard()
         environment = self.strategy.cluster_environment
         if environment is not None:
@@ -194,12 +195,21 @@ def check_can_fork() -> None:
     Raises:
         RuntimeError: CUDA is initialised (or torch reports a bad fork state) in this process.
     """
+    # Lightning's two messages. torch's bad-fork flag is set in a process forked after CUDA was initialised;
+    # unlike Lightning, a CUDA initialised here is refused also where torch has that flag (a forked worker
+    # would fail on its first CUDA call instead).
     in_bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
-    if (callable(in_bad_fork) and in_bad_fork()) or torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+    if callable(in_bad_fork) and in_bad_fork():
         raise RuntimeError(
-            "Cannot fork new processes: CUDA is already initialised in this process, and a forked "
-            "process cannot use it. Use `strategy='ddp_spawn'`, or avoid touching CUDA (creating tensors "
-            "on it, `torch.cuda.*` calls) before `fabric.launch()`."
+            "Cannot re-initialize CUDA in forked subprocess: this process was forked after CUDA was initialised, "
+            "so it cannot start processes that use CUDA. Use the 'spawn' start method (`strategy='ddp_spawn'`), "
+            "or do not initialise CUDA in the main process before `fabric.launch()`."
+        )
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        raise RuntimeError(
+            "Lightning can't create new processes if CUDA is already initialized: a forked process cannot use "
+            "it. Remove what touched CUDA before `fabric.launch()` (`torch.cuda.*` calls, a model or tensor "
+            "moved to the GPU), or use `strategy='ddp_spawn'`."
         )
 
 
