@@ -1,20 +1,24 @@
 """How a user's ``state`` dict maps onto a DeepSpeed checkpoint folder, and back.
 
 DeepSpeed writes the engine's module and optimizer itself, one file per rank. Everything else in the
-state (a step counter, a scheduler, another module) goes into DeepSpeed's ``client_state``, under a single
-key of ours so that no user key can overwrite one of DeepSpeed's own (``global_steps``, ``lr_scheduler``...).
+state (a step counter, a scheduler, another module) goes into DeepSpeed's ``client_state`` under its own keys,
+as Lightning saves it, so that Lightning loads the folder too; a key that collides with one of DeepSpeed's own
+(``global_steps``, ``lr_scheduler``...) is warned about, as in Lightning. Beside them, :data:`META_KEY` records
+where the model and the optimizer were in the state (consolidation names the weights after it). Folders of
+earlier versions, which kept the whole state under :data:`META_KEY`, load as before.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from torch.nn import Module
+from torch.optim import Optimizer
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.locations import is_dir, is_url
@@ -43,7 +47,7 @@ __all__ = [
 
 #: The tag (sub-folder) every checkpoint of this strategy is written under.
 TAG: Final = "checkpoint"
-#: The one ``client_state`` key holding the user's extras and the layout of their state.
+#: The ``client_state`` key holding the layout of the user's state (earlier versions: the extras too).
 META_KEY: Final = "fabric_core_deepspeed"
 #: Top-level keys DeepSpeed writes into its model-states file; a checkpoint without :data:`META_KEY` (written
 #: by Lightning) keeps the user's extras next to them.
@@ -52,7 +56,8 @@ DEEPSPEED_KEYS: Final = frozenset(
         "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes", "shared_params",
         "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
         "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config",
-        "ds_version", "mp_rank", "zero_stage",
+        "ds_version", "mp_rank", "zero_stage", "checkpoint_parallel_dimensions", "num_experts", "ds_autoep_layers",
+        "autoep_layers", "universal_checkpoint_info", "folding",
     }
 )  # fmt: skip
 
@@ -66,13 +71,14 @@ class Layout:
     optimizer_key: str | None
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def meta(self, extras: Mapping[str, Any]) -> dict[str, Any]:
-        """What goes under :data:`META_KEY`: the layout and the converted extras."""
-        return {"module": self.module_key, "optimizer": self.optimizer_key, "state": dict(extras)}
+    def client_state(self, extras: Mapping[str, Any]) -> dict[str, Any]:
+        """What DeepSpeed saves beside the engine: the converted extras under their own keys, and the layout."""
+        return {**extras, META_KEY: {"module": self.module_key, "optimizer": self.optimizer_key}}
 
 
 def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -> Layout:
-    """Find the one DeepSpeed engine in ``state`` (as the engine or as the module it wraps).
+    """Find the one DeepSpeed engine in ``state``: one this strategy created (as the engine or as the module it
+    wraps), or, as Lightning finds it, any ``DeepSpeedEngine`` among the state's modules and their submodules.
 
     Args:
         state: The user's state: the model, maybe its optimizer, and anything else.
@@ -86,7 +92,9 @@ def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -
     found: list[tuple[str, Any]] = []
     for key, value in state.items():
         engine = next((e for e in known if value is e or value is e.module), None)
-        if engine is not None:
+        if engine is None and isinstance(value, Module):
+            engine = next(iter(engines_in({key: value})), None)
+        if engine is not None and all(engine is not other for _, other in found):
             found.append((key, engine))
     if not found:
         raise ValueError(
@@ -102,7 +110,8 @@ def split_state(state: Mapping[str, Any], engines: Iterable[Any], action: str) -
             "multiple models, call the save method for each model separately with a different path."
         )
     module_key, engine = found[0]
-    optimizer_key = next((k for k, v in state.items() if v is not None and v is engine.optimizer), None)
+    optimizer = getattr(engine, "optimizer", None)
+    optimizer_key = next((k for k, v in state.items() if v is not None and v is optimizer), None)
     extras = {k: v for k, v in state.items() if k not in (module_key, optimizer_key)}
     return Layout(module_key, engine, optimizer_key, extras)
 
@@ -131,10 +140,12 @@ def load_folder(
     layout = split_state(state, engines, "load")
     if weights_only is not False:
         check_pickles(folder, TAG)
+    # As Lightning asks: the optimizer's state where the state holds an optimizer.
+    wants_optimizer = layout.optimizer_key is not None or any(isinstance(v, Optimizer) for v in state.values())
     _, client_state = layout.engine.load_checkpoint(
-        os.fspath(folder),
+        folder,
         tag=TAG,
-        load_optimizer_states=layout.optimizer_key is not None,
+        load_optimizer_states=wants_optimizer,
         load_lr_scheduler_states=False,
         load_module_strict=strict,
     )
@@ -153,13 +164,15 @@ def load_folder(
 def extras_from_client_state(client_state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(meta, extras)`` from what ``engine.load_checkpoint`` returned as the client state.
 
-    A checkpoint written by Lightning has no :data:`META_KEY`: its extras are the keys DeepSpeed does not own.
+    The extras are the keys DeepSpeed does not own (a checkpoint written by Lightning has no :data:`META_KEY`);
+    one of an earlier version holds them under :data:`META_KEY`.
     """
     meta = client_state.get(META_KEY)
     if isinstance(meta, dict) and isinstance(meta.get("state"), dict):
         return meta, dict(meta["state"])
-    extras = {k: v for k, v in client_state.items() if k not in DEEPSPEED_KEYS}
-    return {"module": None, "optimizer": None, "state": extras}, extras
+    extras = {k: v for k, v in client_state.items() if k not in DEEPSPEED_KEYS and k != META_KEY}
+    layout = meta if isinstance(meta, dict) else {"module": None, "optimizer": None}
+    return {**layout, "state": extras}, extras
 
 
 def is_checkpoint_folder(path: str | os.PathLike[str]) -> bool:
@@ -179,8 +192,11 @@ def is_single_file(path: str | os.PathLike[str]) -> bool:
     return file.is_file() and not any(is_checkpoint_folder(outer) for outer in (file.parent, file.parent.parent))
 
 
-def check_folder(path: str | os.PathLike[str]) -> Path:
-    """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``.
+def check_folder(
+    path: str | os.PathLike[str], is_folder: Callable[[str | os.PathLike[str]], bool] = is_checkpoint_folder
+) -> Path:
+    """Return ``path`` as a checkpoint folder written by ``DeepSpeedStrategy.save_checkpoint``; ``is_folder``
+    tells one (the strategy passes the name Lightning's tests patch).
 
     Raises:
         InvalidConfigError: ``path`` is a URL (see :func:`refuse_url`).
@@ -189,7 +205,7 @@ def check_folder(path: str | os.PathLike[str]) -> Path:
     """
     refuse_url(path, "load")
     folder = Path(path)
-    if is_checkpoint_folder(folder):
+    if is_folder(folder):
         return folder
     invalid = f"The provided path is not a valid DeepSpeed checkpoint: {os.fspath(path)}"
     what = "a file" if folder.is_file() else "a subfolder"
@@ -215,13 +231,14 @@ def engines_in(state: Mapping[str, Any]) -> list[Any]:
 
 
 def warn_on_deepspeed_keys(state: Mapping[str, Any]) -> None:
-    """Warn when ``state`` has keys DeepSpeed writes itself, which it would overwrite if they were saved next
-    to its own (as a ``client_state``); this plugin saves the user's state under :data:`META_KEY` instead."""
-    colliding = sorted(DEEPSPEED_KEYS.intersection(state))
+    """Warn, as Lightning does, when ``state`` has keys DeepSpeed writes itself: saved as its ``client_state``,
+    they are merged into DeepSpeed's own state, where one of the two values is lost."""
+    colliding = sorted(DEEPSPEED_KEYS.union({META_KEY}).intersection(state))
     if colliding:
         rank_zero_warn(
-            "These keys of your state collide with DeepSpeed's internal engine state and would be overwritten "
-            f"by DeepSpeed if saved next to it: {', '.join(colliding)}. Consider renaming them."
+            "Your state has keys that collide with DeepSpeed's internal engine state, so DeepSpeed may overwrite "
+            f"their values (or they DeepSpeed's): {', '.join(colliding)}. Give them other names.",
+            category=UserWarning,
         )
 
 

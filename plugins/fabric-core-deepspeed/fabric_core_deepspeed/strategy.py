@@ -524,12 +524,14 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
                     f"Remove `{name}`, or consolidate the folder to one file first."
                 )
         layout = _checkpoint.split_state(state, self._engines, "save")
+        _checkpoint.warn_on_deepspeed_keys(layout.extras)
         extras = self.state_to_save(layout.extras)
 
         def write(temp: Path) -> None:
+            temp.mkdir(parents=True, exist_ok=True)  # as DeepSpeed does: an engine that writes nothing saves a folder
             layout.engine.save_checkpoint(
                 os.fspath(temp),
-                client_state={_checkpoint.META_KEY: layout.meta(extras)},
+                client_state=layout.client_state(extras),
                 tag=_checkpoint.TAG,
                 exclude_frozen_parameters=self.exclude_frozen_parameters,
             )
@@ -578,7 +580,8 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
                 f"Got DeepSpeedStrategy.load_checkpoint(..., state={state!r}) but a state with at least a model "
                 "instance to reload is required. Pass it in like so: `fabric.load(path, state={'model': model, ...})`."
             )
-        return _checkpoint.load_folder(self, self._engines, _checkpoint.check_folder(path), state, strict, weights_only)
+        folder = _checkpoint.check_folder(path, _is_deepspeed_checkpoint)
+        return _checkpoint.load_folder(self, self._engines, folder, state, strict, weights_only)
 
     def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""

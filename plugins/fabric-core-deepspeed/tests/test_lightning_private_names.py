@@ -190,3 +190,69 @@ def test_a_config_enabling_the_other_half_type_is_refused_here() -> None:
     assert theirs["fp16"]["enabled"] and theirs["bf16"]["enabled"]
     with pytest.raises(InvalidConfigError, match=r"enables 'bf16' but the precision is '16-mixed'"):
         ours._format_precision_config({"bf16": {"enabled": True}}, "16-mixed", **SCALING)
+
+
+def _mocked_engine(optimizer: Any = None) -> Any:
+    from unittest.mock import Mock
+
+    engine = Mock(spec=DeepSpeedEngine, optimizer=optimizer)
+    engine.modules.return_value = [engine]
+    return engine
+
+
+@pytest.mark.parametrize("exclude_frozen_parameters", [True, False])
+def test_save_sends_lightnings_client_state_for_an_engine_found_in_the_state(
+    tmp_path: Path, exclude_frozen_parameters: bool
+) -> None:
+    calls = []
+    for module, name in ((lightning, "lightning"), (ours, "ours")):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        engine = _mocked_engine(optimizer)
+        strategy = module.DeepSpeedStrategy(exclude_frozen_parameters=exclude_frozen_parameters)
+        strategy.save_checkpoint(tmp_path / name, {"model": engine, "optimizer": optimizer, "step": 3})
+        kwargs = dict(engine.save_checkpoint.call_args.kwargs)
+        kwargs["client_state"] = {k: v for k, v in kwargs["client_state"].items() if k != "fabric_core_deepspeed"}
+        calls.append(kwargs)
+    assert (
+        calls[0]
+        == calls[1]
+        == {
+            "client_state": {"step": 3},
+            "tag": "checkpoint",
+            "exclude_frozen_parameters": exclude_frozen_parameters,
+        }
+    )
+
+
+def test_saving_a_key_deepspeed_uses_warns_as_lightning_warns(tmp_path: Path) -> None:
+    for module in (lightning, ours):
+        with pytest.warns(UserWarning, match="Your state has keys that collide with DeepSpeed's internal"):
+            module.DeepSpeedStrategy().save_checkpoint(
+                tmp_path / module.__name__, {"m": _mocked_engine(), "mp_world_size": 2}
+            )
+
+
+@pytest.mark.parametrize("with_optimizer", [True, False])
+def test_load_moves_the_client_state_into_the_state_as_lightning_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_optimizer: bool
+) -> None:
+    results = []
+    for module in (lightning, ours):
+        monkeypatch.setattr(module, "_is_deepspeed_checkpoint", lambda path: True)
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        engine = _mocked_engine(optimizer)
+        engine.load_checkpoint.return_value = [None, {"user": {"it": 5}, "other": "x"}]
+        state: dict[str, Any] = {"model": engine, "user": {"it": 0}}
+        if with_optimizer:
+            state["optimizer"] = optimizer
+        remainder = module.DeepSpeedStrategy().load_checkpoint(tmp_path, state=state)
+        call = engine.load_checkpoint.call_args
+        results.append((state["user"], remainder, call.args, call.kwargs))
+    assert results[0] == results[1]
+    assert results[0][1] == {"other": "x"} and results[0][3]["load_optimizer_states"] is with_optimizer
+
+
+def test_several_engines_in_the_state_are_refused_as_lightning_refuses_them(tmp_path: Path) -> None:
+    for module in (lightning, ours):
+        with pytest.raises(ValueError, match="Found multiple DeepSpeed engine modules in the given state"):
+            module.DeepSpeedStrategy().save_checkpoint(tmp_path, {"a": _mocked_engine(), "b": _mocked_engine()})
