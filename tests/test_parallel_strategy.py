@@ -149,3 +149,21 @@ def test_barrier_and_all_reduce_take_and_ignore_lightnings_extra_arguments() -> 
     tensor = torch.ones(2)
     assert single.all_reduce(tensor, None, "sum", async_op=False) is tensor
     assert single.all_reduce(tensor=tensor) is tensor
+
+
+@pytest.mark.parametrize(("device", "backend"), [("cuda:0", "nccl"), ("cpu", "gloo")])
+def test_without_an_accelerator_the_backend_is_torchs_default_for_the_device(device: str, backend: str) -> None:
+    # Lightning's test_ddp_process_group_backend: a subclass sets `_root_device` before the constructor runs.
+    class OnDevice(ParallelStrategy):
+        def __init__(self, root_device: torch.device) -> None:
+            self._root_device = root_device
+            super().__init__()
+
+        @property
+        def root_device(self) -> torch.device:
+            return self._root_device
+
+    strategy = OnDevice(torch.device(device))
+    assert strategy.accelerator is None
+    assert strategy._get_process_group_backend() == backend
+    assert ParallelStrategy()._get_process_group_backend() == "gloo"  # no devices either

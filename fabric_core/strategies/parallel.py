@@ -24,6 +24,7 @@ from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies import _agreement, _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, PARALLEL_WIRING_ORDER, ParallelWiring, Placement, wired
+from fabric_core.utilities import _process_group
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
@@ -168,7 +169,8 @@ class ParallelStrategy(Strategy):
         self._timeout = as_timeout(wiring.get("timeout"), type(self).__name__)
         self._exit_hook_registered = False
         self._device_for_collectives: torch.device | None = None
-        self._root_device: torch.device | None = None
+        # Not `_root_device`: Lightning users' subclasses set that name before calling this constructor.
+        self._device_of_rank: torch.device | None = None
 
     # -- wiring ------------------------------------------------------------------------------------------
     def place(self, placement: Placement) -> None:
@@ -216,7 +218,7 @@ class ParallelStrategy(Strategy):
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
         self._parallel_devices = list(devices) if devices is not None else None
-        self._root_device = None
+        self._device_of_rank = None
 
     @property
     def num_nodes(self) -> int:
@@ -240,12 +242,17 @@ class ParallelStrategy(Strategy):
         return self._process_group_backend
 
     def _get_process_group_backend(self) -> str:
-        """The backend a process group is created with: the one passed, else the accelerator's."""
+        """The backend a process group is created with: the one passed, else the accelerator's, else (no
+        accelerator connected yet) torch's default for the device's type, as Lightning decides."""
         if self._process_group_backend is not None:
             return self._process_group_backend
         if self.accelerator is not None:
             return self.accelerator.process_group_backend
-        return "gloo"
+        try:
+            device = self.root_device
+        except RuntimeError:  # no devices either
+            return "gloo"
+        return _process_group.default_backend_for_device(device) if isinstance(device, torch.device) else "gloo"
 
     # -- topology ----------------------------------------------------------------------------------------
     @property
@@ -271,8 +278,8 @@ class ParallelStrategy(Strategy):
         Raises:
             RuntimeError: The strategy has no devices yet (it was neither given any nor connected).
         """
-        if self._root_device is not None:
-            return self._root_device
+        if self._device_of_rank is not None:
+            return self._device_of_rank
         if not self._parallel_devices:
             raise RuntimeError(
                 f"`{type(self).__name__}` has no devices: pass `parallel_devices=[...]` or let `Fabric(...)` "
@@ -293,7 +300,7 @@ class ParallelStrategy(Strategy):
         Environments that know their ranks themselves (torchelastic, SLURM) ignore what is recorded.
         """
         environment = self._cluster_environment
-        self._root_device = None
+        self._device_of_rank = None
         if environment is None:
             return
         check_process_variables()
@@ -308,7 +315,7 @@ class ParallelStrategy(Strategy):
                     argument="LOCAL_RANK",
                     value=local_rank,
                 )
-            self._root_device = self._parallel_devices[local_rank]
+            self._device_of_rank = self._parallel_devices[local_rank]
         environment.set_global_rank(self.node_rank * self.num_processes + self.local_rank)
         environment.set_world_size(self._num_nodes * self.num_processes)
         from fabric_core.utilities.rank_zero import rank_zero_only
@@ -507,6 +514,7 @@ class ParallelStrategy(Strategy):
             _exit.bounded_barrier(_exit.exit_timeout())
         dist.destroy_process_group()
         _watchdog.stop()
+
 
 # Lightning Fabric's names that its own module at this path imports from its other modules.
 __getattr__ = lightning_reexports(__name__)
