@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from argparse import Namespace
 from pathlib import Path
 from types import ModuleType
@@ -142,3 +143,24 @@ def test_consolidation_refuses_a_torch_older_than_2_3_as_its_flag_says(
     with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
         consolidate._process_cli_args(Namespace(checkpoint_folder="anything", output_file=None))
     assert "requires PyTorch >= 2.3." in caplog.text
+
+
+def test_materializing_modules_without_reset_parameters_warns_in_lightnings_words() -> None:
+    import lightning_fabric.utilities.init as theirs
+
+    import fabric_core.utilities.init as ours
+
+    class NoReset(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.empty(2))
+
+    lines = []
+    for module in (theirs, ours):
+        with torch.device("meta"):
+            model = torch.nn.Sequential(NoReset(), torch.nn.Linear(2, 2))
+        with pytest.warns(UserWarning) as caught:
+            module._materialize_distributed_module(model, torch.device("cpu"))
+        lines.append(str(caught[0].message))
+    pattern = r"`reset_parameters\(\)` method for re-initialization: NoReset"
+    assert all(re.search(pattern, line) for line in lines), lines

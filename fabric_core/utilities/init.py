@@ -116,8 +116,9 @@ def materialize_distributed_module(module: Module, device: torch.device) -> None
             uninitialized.add(type(sub).__name__)
     if uninitialized:
         rank_zero_warn(
-            "Parameter initialization incomplete: these modules define no `reset_parameters()`, so their parameters"
-            f" or buffers hold uninitialized memory: {', '.join(sorted(uninitialized))}."
+            "Parameter initialization incomplete: the parameters or buffers of these modules hold uninitialized "
+            "memory, because they have no `reset_parameters()` method for re-initialization: "
+            f"{', '.join(sorted(uninitialized))}."
         )
 
 

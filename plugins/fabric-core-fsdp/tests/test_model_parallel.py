@@ -145,3 +145,15 @@ def test_tensor_parallel_checkpoints_consolidate_to_the_reference(
         for index, state in reference["optimizer"]["state"].items():
             assert torch.allclose(saved_state[index]["exp_avg"], state["exp_avg"], atol=1e-6)
         assert checkpoint["step"] == 3
+
+
+def test_fsdp1_units_are_refused_before_the_mesh_is_needed() -> None:
+    # Lightning's test_fsdp_v1_modules_unsupported: a stand-in whose `modules()` yields an FSDP1 unit.
+    from unittest.mock import Mock
+
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    module = Mock(modules=Mock(return_value=[Mock(spec=FullyShardedDataParallel)]))
+    strategy = ModelParallelStrategy(parallelize_fn=lambda m, _: m)
+    with pytest.raises(TypeError, match=r"only supports the new FSDP2 APIs in PyTorch >= 2\.4"):
+        strategy.setup_module(module)
