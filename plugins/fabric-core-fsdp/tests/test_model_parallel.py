@@ -157,3 +157,12 @@ def test_fsdp1_units_are_refused_before_the_mesh_is_needed() -> None:
     strategy = ModelParallelStrategy(parallelize_fn=lambda m, _: m)
     with pytest.raises(TypeError, match=r"only supports the new FSDP2 APIs in PyTorch >= 2\.4"):
         strategy.setup_module(module)
+
+
+def test_lightnings_torch_guard_is_read_when_the_strategy_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's test_torch_greater_equal_2_4 patches the flag at the strategy's module.
+    import fabric_core_fsdp.model_parallel as module
+
+    monkeypatch.setattr(module, "_TORCH_GREATER_EQUAL_2_4", False)
+    with pytest.raises(ImportError, match=r"ModelParallelStrategy requires PyTorch 2\.4 or higher"):
+        ModelParallelStrategy(parallelize_fn=lambda m, _: m)
