@@ -214,3 +214,23 @@ def test_a_raw_backward_is_refused_as_lightning_refuses_it_on_every_step(precisi
     expected = outcomes(lightning_fabric)
     assert outcomes(fabric_core) == expected
     assert ("fabric.backward(loss)" in expected[-1]) is (precision == "bf16-mixed")
+
+
+def test_the_wrapper_reports_the_device_and_dtype_a_recording_module_was_moved_to() -> None:
+    # Lightning's test_fabric_module_device_dtype_propagation and test_fabric_module_wraps, on both libraries.
+    from unittest.mock import Mock
+
+    for library in (lightning_fabric, fabric_core):
+        mixin = __import__(f"{library.__name__}.utilities.device_dtype_mixin", fromlist=["_"])
+        wrappers = __import__(f"{library.__name__}.wrappers", fromlist=["_"])
+
+        class Recording(mixin._DeviceDtypeModuleMixin):
+            pass
+
+        inner = Recording()
+        wrapped = wrappers._FabricModule(inner, Mock())
+        wrapped.to(torch.float16)
+        assert inner.dtype == wrapped.dtype == torch.float16, library.__name__
+        assert inner.device == wrapped.device == torch.device("cpu"), library.__name__
+        stand_in = Mock()
+        assert wrappers._FabricModule(Mock(), Mock(), original_module=stand_in).module is stand_in

@@ -15,6 +15,7 @@ import torch
 from torch.nn import Module
 
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities._device_dtype import _DeviceDtypeModuleMixin, _update_properties
 from fabric_core.wrappers._fast_path import CallState, fabric_module_call, precision_forward
 from fabric_core.wrappers._plan import step_plan
 
@@ -62,25 +63,42 @@ class _FabricModule(Module):
     @property
     def module(self) -> Module:
         """The original module, as the user passed it to ``fabric.setup``."""
-        original: Module = self._modules["_original_module"]  # type: ignore[assignment]
+        original = self._modules.get("_original_module")
+        if original is None:  # a stand-in that is no `Module` (a test's mock) is an ordinary attribute
+            original = self.__dict__["_original_module"]
         return original
 
     @property
     def device(self) -> torch.device:
-        """The device of the module's first parameter (or buffer); the strategy's device if it has none."""
-        for param in self.module.parameters():
+        """The device of the module's first parameter (or buffer); without any, the device a module that records
+        it (``_DeviceDtypeModuleMixin``, as torchmetrics' metrics) was moved to, else the strategy's device."""
+        module = self.module
+        for param in module.parameters():
             return param.device
-        for buffer in self.module.buffers():
+        for buffer in module.buffers():
             return buffer.device
+        if isinstance(module, _DeviceDtypeModuleMixin):
+            return module.device
         return self._strategy.root_device
 
     @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the module's first floating-point parameter, else the default dtype."""
-        for param in self.module.parameters():
+    def dtype(self) -> torch.dtype | str:
+        """The dtype of the module's first floating-point parameter; without any, the dtype a module that records
+        it was moved to, else the default dtype."""
+        module = self.module
+        for param in module.parameters():
             if param.is_floating_point():
                 return param.dtype
+        if isinstance(module, _DeviceDtypeModuleMixin):
+            return module.dtype
         return torch.get_default_dtype()
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        """See :meth:`torch.nn.Module.to`; modules that record their device and dtype record the new ones, as
+        they do when moved themselves (Lightning's wrapper is such a module)."""
+        device, dtype = torch._C._nn._parse_to(*args, **kwargs)[:2]
+        _update_properties(self, device=device, dtype=dtype)
+        return super().to(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the strategy's module on the inputs, converted for the precision."""
