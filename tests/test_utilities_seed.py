@@ -316,3 +316,12 @@ def test_recorded_seed() -> None:
 def test_seed_everything_without_any_seed_is_quiet_when_not_verbose(recwarn: pytest.WarningsRecorder) -> None:
     assert seed_everything(verbose=False) == 0
     assert not [w for w in recwarn if "No seed found" in str(w.message)]
+
+
+def test_the_worker_seed_sequence_takes_lightnings_keywords_and_values() -> None:
+    lightning_seed = pytest.importorskip("lightning_fabric.utilities.seed")
+    from fabric_core.utilities import seed as ours
+
+    for base_seed in (0, 42, 2**40 + 7):
+        expected = lightning_seed._generate_seed_sequence(base_seed, worker_id=3, global_rank=1, count=4)
+        assert ours._generate_seed_sequence(base_seed, worker_id=3, global_rank=1, count=4) == expected

@@ -221,14 +221,14 @@ def _seed_generators(seed: int) -> None:
 _MASK64: Final = (1 << 64) - 1
 
 
-def _worker_seed_sequence(base_seed: int, worker_id: int, rank: int, count: int) -> list[int]:
+def _worker_seed_sequence(base_seed: int, worker_id: int, global_rank: int, count: int) -> list[int]:
     """``count`` 64-bit seeds for one worker, as Lightning derives them (its runs must replay here).
 
     The three inputs are packed into one number, spread over 64 bits with MurmurHash3's finalizer (so a
     small base seed still sets the low bits), then stepped with Knuth's 64-bit linear congruential generator.
     """
     # Not masked before the first mix, as Lightning does not: the high bits of a 64-bit base seed fold in.
-    mixed = (base_seed << 32) | (worker_id << 16) | rank
+    mixed = (base_seed << 32) | (worker_id << 16) | global_rank
     mixed ^= mixed >> 33
     mixed = (mixed * 0xFF51AFD7ED558CCD) & _MASK64
     mixed ^= mixed >> 33
