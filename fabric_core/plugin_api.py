@@ -52,7 +52,18 @@ from typing import Final
 
 from fabric_core import hookspecs
 from fabric_core._kernel.context import Decision, SelectionContext
-from fabric_core._kernel.registry import KINDS, Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec, spec
+from fabric_core._kernel.registry import (
+    KIND_ATTRIBUTE,
+    KINDS,
+    Catalog,
+    Entry,
+    ModuleDeclaration,
+    ModuleRegistry,
+    Registry,
+    Spec,
+    component_kind,
+    spec,
+)
 from fabric_core.errors import (
     AcceleratorUnavailableError,
     AmbiguousNameError,
@@ -72,6 +83,7 @@ from fabric_core.hookspecs import PROJECT, hookimpl
 __all__ = [
     "HOOKS",
     "KINDS",
+    "KIND_ATTRIBUTE",
     "PROJECT",
     "AcceleratorUnavailableError",
     "AmbiguousNameError",
@@ -93,6 +105,7 @@ __all__ = [
     "Spec",
     "UnknownNameError",
     "UnknownOptionError",
+    "component_kind",
     "hookimpl",
     "hookspecs",
     "spec",

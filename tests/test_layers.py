@@ -25,9 +25,9 @@ MAX_LINES: Final = 600
 #: The layers, lowest first. A module may import modules of its own layer and of the layers below it.
 LAYERS: Final = (
     "foundation",  # torch-free leaves every layer may use: errors, types, the signature and lazy-import helpers
+    "kernel",  # the plugin host and its contract, torch-free: hookspecs, plugin_api, registry, manager, selection
     "utilities",  # fabric_core/utilities/: plain helpers (collections, ranks, seeds, data loaders, processes)
     "io",  # fabric_core/io/: checkpoint files and folders, atomic writes; never a strategy
-    "kernel",  # the plugin host, torch-free at import: hookspecs, registry, manager, selection, catalog views
     "components",  # accelerators/, precision/, environments/, launchers/, loggers/, callbacks/
     "strategies",  # fabric_core/strategies/: they own and wire the components
     "api",  # Fabric and its wrappers, the CLI, Lightning's import paths (package facades, plugins/), testing/
@@ -43,6 +43,9 @@ MODULE_LAYERS: Final[Mapping[str, str]] = {
     "fabric_core._logging": "foundation",
     "fabric_core.utilities.types": "foundation",
     "fabric_core._version": "foundation",
+    "fabric_core._switches": "foundation",
+    # the core's own plugin: registers the built-in components as any plugin does (found by its entry point)
+    "fabric_core._builtin": "components",
     **dict.fromkeys(("fabric_core.hookspecs", "fabric_core.plugin_api"), "kernel"),
     # Lightning's ``utilities`` paths that are conveniences over higher layers (checkpoint files, Fabric,
     # the strategy's collectives), not helpers those layers use.
@@ -102,28 +105,6 @@ API_MODULES: Final = frozenset(
 #: stay torch-free. Imports inside functions run only when a chosen component is built, so they do not count.
 TORCH_FREE_LAYERS: Final = frozenset({"foundation", "kernel"})
 
-# -- TEMPORARY (issue 16): what other helpers' branches remove. The lead deletes each entry as its owner's
-# -- branch is merged; an entry that no longer applies fails `test_allow_lists_hold_only_what_still_applies`.
-_KERNEL: Final = "kernel and public plugin contract (issue 16 item 1)"
-_STEP: Final = "wrappers.py and fabric.py (issue 16 item 2)"
-_STRATEGIES: Final = "strategy wiring, plugin strategies (issue 16 item 4)"
-_SELECTION: Final = "selection: deciding apart from building (issue 16 item 5)"
-#: Import edges ``(importer, imported)`` that close a cycle (one edge per cycle is enough to list).
-CYCLE_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {}
-#: Import edges ``(importer, imported)`` that go up the layers.
-LAYER_EDGES_TO_REMOVE: Final[Mapping[tuple[str, str], str]] = {
-    ("fabric_core._kernel.arguments", "fabric_core.strategies.single_device"): _SELECTION,
-    ("fabric_core._kernel.selection", "fabric_core.accelerators.accelerator"): _SELECTION,
-    ("fabric_core._kernel.selection", "fabric_core.environments.environment"): _SELECTION,
-    ("fabric_core._kernel.selection", "fabric_core.precision.precision"): _SELECTION,
-    ("fabric_core._kernel.selection", "fabric_core.strategies.strategy"): _SELECTION,
-}
-#: Private ``fabric_core`` modules plugins still import, with the owner of making that unnecessary.
-PRIVATE_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}
-#: Modules over :data:`MAX_LINES` lines (paths relative to the repository).
-OVERSIZED_TO_SPLIT: Final[Mapping[str, str]] = {}
-#: Torch imported when a torch-free module is imported: ``{module: owner}``.
-TORCH_IMPORTS_TO_REMOVE: Final[Mapping[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -234,11 +215,11 @@ def imports() -> tuple[Import, ...]:
     return tuple(dict.fromkeys(found))  # `from m import a, b` is one import of m
 
 
-def graph(leave_out: Mapping[tuple[str, str], str] | None = None) -> dict[str, dict[str, Import]]:
-    """``{importer: {imported: the first such import}}`` between known modules, without ``leave_out``'s edges."""
+def graph() -> dict[str, dict[str, Import]]:
+    """``{importer: {imported: the first such import}}`` between known modules."""
     edges: dict[str, dict[str, Import]] = defaultdict(dict)
     for item in imports():
-        if item.target in modules() and (item.importer, item.target) not in (leave_out or {}):
+        if item.target in modules():
             edges[item.importer].setdefault(item.target, item)
     return edges
 
@@ -429,7 +410,7 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
 
 
 def test_no_import_cycles() -> None:
-    edges = graph(leave_out=CYCLE_EDGES_TO_REMOVE)
+    edges = graph()
     cycles = [a_cycle(group, edges) for group in strongly_connected(edges)]
     report = "\n\n".join(
         f"{len(group)} modules import each other: {', '.join(group)}\n  a cycle:\n    "
@@ -440,9 +421,21 @@ def test_no_import_cycles() -> None:
 
 
 def test_each_layer_imports_only_its_own_and_lower_layers() -> None:
-    bad = {edge: item for edge, item in layer_violations().items() if edge not in LAYER_EDGES_TO_REMOVE}
+    bad = layer_violations()
     report = "\n".join(f"{item}: {layer_of(item.importer)} imports {layer_of(item.target)}" for item in bad.values())
     assert not bad, f"Imports up the layers ({' < '.join(LAYERS)}):\n{report}"
+
+
+def test_the_kernel_imports_only_the_foundation_and_its_own_contract() -> None:
+    """The ground floor: the kernel knows the contract it defines and the torch-free leaves, nothing it hosts."""
+    bad = [
+        item
+        for importer, targets in graph().items()
+        if layer_of(importer) == "kernel"
+        for target, item in targets.items()
+        if target in modules() and layer_of(target) not in ("foundation", "kernel")
+    ]
+    assert not bad, "The kernel imports above it:\n" + "\n".join(map(str, bad))
 
 
 def test_the_private_packages_import_each_other_only_one_way() -> None:
@@ -470,38 +463,27 @@ def test_a_planted_wrong_way_import_is_caught() -> None:
 
 
 def test_plugins_import_only_public_fabric_core_modules() -> None:
-    bad = {target: items for target, items in private_imports().items() if target not in PRIVATE_IMPORTS_TO_REMOVE}
+    bad = private_imports()
     report = "\n".join(f"{target}: {', '.join(str(i) for i in items)}" for target, items in bad.items())
     assert not bad, f"Plugins import private fabric_core modules:\n{report}"
 
 
 def test_torch_free_layers_do_not_import_torch_when_imported() -> None:
-    bad = {module: chain for module, chain in torch_at_import().items() if module not in TORCH_IMPORTS_TO_REMOVE}
+    bad = torch_at_import()
     report = "\n".join(" -> ".join(chain) for chain in bad.values())
     assert not bad, f"Modules of the torch-free layers import torch at module level:\n{report}"
 
 
 def test_no_module_over_600_lines() -> None:
-    bad = {path: lines for path, lines in oversized().items() if path not in OVERSIZED_TO_SPLIT}
+    bad = oversized()
     assert not bad, f"Modules over {MAX_LINES} lines (split them): {bad}"
-
-
-def test_allow_lists_hold_only_what_still_applies() -> None:
-    full = graph()
-    on_a_cycle = {(a, b) for group in strongly_connected(full) for a in group for b in full.get(a, {}) if b in group}
-    stale = [f"CYCLE_EDGES_TO_REMOVE {edge}" for edge in CYCLE_EDGES_TO_REMOVE if edge not in on_a_cycle]
-    stale += [f"LAYER_EDGES_TO_REMOVE {edge}" for edge in LAYER_EDGES_TO_REMOVE if edge not in layer_violations()]
-    stale += [f"PRIVATE_IMPORTS_TO_REMOVE {m!r}" for m in PRIVATE_IMPORTS_TO_REMOVE if m not in private_imports()]
-    stale += [f"OVERSIZED_TO_SPLIT {p!r}" for p in OVERSIZED_TO_SPLIT if p not in oversized()]
-    stale += [f"TORCH_IMPORTS_TO_REMOVE {m!r}" for m in TORCH_IMPORTS_TO_REMOVE if m not in torch_at_import()]
-    assert not stale, "Fixed: delete these entries from tests/test_layers.py:\n" + "\n".join(stale)
 
 
 def test_every_module_has_a_layer() -> None:
     assert {layer_of(m) for m in modules()} <= set(LAYERS)
 
 
-if __name__ == "__main__":  # `python tests/test_layers.py`: print what the temporary lists would need
+if __name__ == "__main__":  # `python tests/test_layers.py`: print every finding at once
     for group in strongly_connected(graph()):
         print("cycle:", " -> ".join(f"{i.importer}[{i.line},{i.kind}]" for i in a_cycle(group, graph())))
     for item in layer_violations().values():

@@ -20,10 +20,10 @@ REGISTRATION_MODULES = sorted(
         *ROOT.glob("examples/*/fabric_core_*/_plugin.py"),
     ]
 )
-#: The kernel: discovery, registration, the hooks, selection and building. None of them may be in a circle.
+#: The kernel (discovery, registration, hooks, selection), the core's own plugin and building: never in a circle.
 KERNEL = (
     "fabric_core._fabric.assembly",
-    "fabric_core._kernel.builtin",
+    "fabric_core._builtin",
     "fabric_core._kernel.context",
     "fabric_core._kernel.manager",
     "fabric_core._kernel.registry",
@@ -84,3 +84,28 @@ def test_there_are_registration_modules_to_check() -> None:
 
 # Import circles, the kernel's included, are checked for every module of fabric_core and of every plugin in
 # tests/test_layers.py (lazy and type-only imports count there too).
+
+
+def test_components_declare_their_kind_through_the_contract() -> None:
+    """How the kernel tells a component passed to ``Fabric(...)`` without importing the classes above it."""
+    from fabric_core.accelerators.cpu import CPUAccelerator
+    from fabric_core.environments.lightning import LightningEnvironment
+    from fabric_core.io.torch_io import TorchCheckpointIO
+    from fabric_core.precision.precision import Precision
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+
+    assert plugin_api.component_kind(CPUAccelerator()) == "accelerator"
+    assert plugin_api.component_kind(SingleDeviceStrategy) == "strategy"
+    assert plugin_api.component_kind(Precision()) == "precision"
+    assert plugin_api.component_kind(LightningEnvironment()) == "environment"
+    assert plugin_api.component_kind(TorchCheckpointIO()) == "checkpoint_io"
+    assert plugin_api.component_kind(object()) is None and plugin_api.component_kind("cpu") is None
+
+
+def test_the_core_plugin_is_found_through_its_entry_point_and_loaded_first() -> None:
+    from importlib.metadata import distribution
+
+    declared = [ep for ep in distribution("fabric-core").entry_points if ep.group == "fabric_core.plugins"]
+    assert [(ep.name, ep.value) for ep in declared] == [("builtin", "fabric_core._builtin")]
+    records = fabric_core.PluginManager(autoload=False).records
+    assert (records[0].name, records[0].status, records[0].module) == ("builtin", "loaded", "fabric_core._builtin")

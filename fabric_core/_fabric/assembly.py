@@ -41,7 +41,11 @@ def build(selection: Selection) -> Components:
         InteractiveSessionError: The strategy's launcher cannot start processes from an interactive session.
         UnknownOptionError: An option the chosen class does not take.
     """
+    from fabric_core.utilities.rank_zero import rank_zero_info
+
     context = selection.context
+    for notice in selection.notices:
+        rank_zero_info(notice)
     accelerator = _make(selection.accelerator)
     environment = _make(selection.environment)
     precision = _make(selection.precision)

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fabric_core._kernel.registry import Spec
+from fabric_core._kernel.registry import Spec, component_kind
 from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConfigError
 
 __all__ = [
@@ -18,7 +18,6 @@ __all__ = [
     "LIGHTNING_ENV_OVERRIDES",
     "PRECISION_ALIASES",
     "accelerator_label",
-    "check_device_count",
     "check_logger",
     "check_one_precision",
     "check_type",
@@ -108,8 +107,9 @@ def merge(answer: str | Spec, options: dict[str, Any]) -> tuple[str, dict[str, A
 _NAMED: Final = frozenset({"accelerator", "strategy"})
 
 
-def check_type(arg: str, value: Any, base: type, what: str) -> None:
-    if not isinstance(value, (str, Spec, base)):
+def check_type(arg: str, value: Any, what: str) -> None:
+    """Refuse ``Fabric(arg=value)`` unless ``value`` is a name, a spec or a component of the kind ``arg`` names."""
+    if not isinstance(value, (str, Spec)) and (isinstance(value, type) or component_kind(value) != arg):
         lightning = f"You selected an invalid {arg} name: `{arg}={value!r}`. " if arg in _NAMED else ""
         raise InvalidConfigError(
             f"{lightning}`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "
@@ -232,31 +232,4 @@ def check_logger(item: Any, loggers: Any, names: list[str]) -> None:
         "`log_metrics` and `log_hyperparams`), or a list of them.",
         argument="loggers",
         value=item,
-    )
-
-
-def check_device_count(context: Any, args: Mapping[str, Any], instance: Any) -> None:
-    """Refuse a one-device strategy asked to run on several devices or nodes (it would use only the first).
-
-    ``devices="auto"`` is fine: the strategy takes the first device found.
-
-    Raises:
-        InvalidConfigError: ``devices`` > 1 or ``num_nodes`` > 1 with a ``SingleDeviceStrategy``.
-    """
-    from fabric_core.strategies.single_device import SingleDeviceStrategy
-
-    cls = context.strategy_class
-    if cls is None or not issubclass(cls, SingleDeviceStrategy):
-        return
-    several = context.devices != "auto" and context.num_processes > 1
-    if not several and context.num_nodes == 1:
-        return
-    name = repr(context.strategy) if instance is None else f"{type(instance).__name__}(...)"
-    asked = f"devices={args['devices']!r}" if several else f"num_nodes={context.num_nodes}"
-    raise InvalidConfigError(
-        f"`Fabric(strategy={name}, {asked})`: this strategy runs one process on one device, so it would "
-        "silently use only the first. Pass `devices=1` (and `num_nodes=1`), or a multi-device strategy such "
-        "as 'ddp'.",
-        argument="devices" if several else "num_nodes",
-        value=args["devices"] if several else context.num_nodes,
     )

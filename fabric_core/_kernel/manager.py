@@ -26,10 +26,10 @@ from fabric_core import hookspecs
 from fabric_core._kernel.metadata import core_requirement_problem, dist_key, entry_points, read_facts
 from fabric_core._kernel.registry import Catalog, Entry, ModuleDeclaration, ModuleRegistry, Registry, Spec
 from fabric_core._logging import log_event
+from fabric_core._switches import env_flag
 from fabric_core.errors import (
     FabricCoreError,
     IncompatiblePluginError,
-    InvalidConfigError,
     PluginImportError,
     PluginLoadError,
     PluginWarning,
@@ -43,11 +43,11 @@ __all__ = ["ENTRY_POINT_GROUP", "IN_CODE", "PluginManager", "PluginRecord", "get
 
 ENTRY_POINT_GROUP: Final = "fabric_core.plugins"
 BUILTIN: Final = "builtin"
+#: The distribution whose entry point named :data:`BUILTIN` is the core's own plugin.
+CORE_DISTRIBUTION: Final = "fabric-core"
 #: The plugin name of components registered in code while the program runs (:meth:`PluginManager.add_in_code`).
 IN_CODE: Final = "in-code"
 Status = Literal["loaded", "failed", "blocked", "incompatible", "conflict"]
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 _REGISTER_HOOKS: Final = {
     "accelerator": "fabric_core_register_accelerators",
     "strategy": "fabric_core_register_strategies",
@@ -90,27 +90,6 @@ class PluginRecord:
             "module": self.module,
             "reason": self.reason,
         }
-
-
-def env_flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
-    """Read a boolean switch: ``1/true/yes`` or ``0/false/no`` (case-insensitive).
-
-    Raises:
-        InvalidConfigError: Any other value, naming the variable and the valid spellings.
-    """
-    raw = environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise InvalidConfigError(
-        f"{name}={raw!r} is not a boolean. Use one of 1, true, yes (on) or 0, false, no (off).",
-        argument=name,
-        value=raw,
-    )
 
 
 def _env_names(environ: Mapping[str, str], name: str) -> frozenset[str] | None:
@@ -156,6 +135,31 @@ def _short_repr(value: object, limit: int = 120) -> str:
 
 def _expected_answer(value: object) -> bool:
     return value is None or isinstance(value, Spec) or (isinstance(value, str) and bool(value.strip()))
+
+
+def _is_core_plugin(ep: metadata.EntryPoint) -> bool:
+    dist = ep.dist
+    return ep.name.lower() == BUILTIN and dist is not None and dist_key(dist.name) == dist_key(CORE_DISTRIBUTION)
+
+
+def _core_plugin() -> metadata.EntryPoint:
+    """The core's own plugin (the built-in components): found, like any plugin, through its entry point.
+
+    fabric-core's distribution declares it as ``builtin`` in :data:`ENTRY_POINT_GROUP`, so the kernel names no
+    module of the components above it. It is loaded first by every manager, whatever the switches say.
+
+    Raises:
+        PluginLoadError: fabric-core's distribution is not installed (a source tree on ``sys.path`` only).
+    """
+    for ep in entry_points(ENTRY_POINT_GROUP):
+        if _is_core_plugin(ep):
+            return ep
+    raise PluginLoadError(
+        BUILTIN,
+        f"fabric-core's own plugin was not found: the {CORE_DISTRIBUTION!r} distribution declares it as the entry "
+        f"point {BUILTIN!r} of {ENTRY_POINT_GROUP!r}, and no installed distribution does. Install fabric-core "
+        "(`pip install -e .` in a clone), not only put its folder on sys.path.",
+    )
 
 
 class PluginManager:
@@ -250,17 +254,17 @@ class PluginManager:
         return removed
 
     def _load_all(self) -> None:
-        from fabric_core._kernel import builtin as _builtin
-
-        self._register(BUILTIN, _builtin, PluginRecord(BUILTIN, "loaded", module=_builtin.__name__))
+        core = _core_plugin()
+        self._register(BUILTIN, core.load(), PluginRecord(BUILTIN, "loaded", module=core.value))
         for name, obj in self._extra.items():
             module = getattr(obj, "__name__", type(obj).__name__)
             self._consider(name.lower(), _constant(obj), PluginRecord(name.lower(), "loaded", module=module))
         if self.autoload:
             eps = entry_points(self.group)
-            counts = Counter(ep.name.lower() for ep in eps)
+            counts = Counter(ep.name.lower() for ep in eps if not _is_core_plugin(ep))
             for ep in eps:
-                self._consider_entry_point(ep, shared=counts[ep.name.lower()] > 1)
+                if not _is_core_plugin(ep):
+                    self._consider_entry_point(ep, shared=counts[ep.name.lower()] > 1)
             for name, count in counts.items():
                 if count > 1 and name not in self._records:
                     self._warn_shared(name)

@@ -25,17 +25,30 @@ from fabric_core.errors import (
 
 __all__ = [
     "KINDS",
+    "KIND_ATTRIBUTE",
     "Catalog",
     "Entry",
     "ModuleDeclaration",
     "ModuleRegistry",
     "Registry",
     "Spec",
+    "component_kind",
     "in_code_entry",
     "spec",
 ]
 
 KINDS: Final = ("accelerator", "strategy", "precision", "environment", "logger", "callback", "runner")
+#: The class attribute through which a component's base class says what kind of component its subclasses are
+#: (``"accelerator"``, ``"strategy"``, ``"precision"``, ``"environment"``, ``"checkpoint_io"``): how the kernel
+#: recognises an instance passed to ``Fabric(...)`` without importing the base classes above it.
+KIND_ATTRIBUTE: Final = "__fabric_core_kind__"
+
+
+def component_kind(obj: object) -> str | None:
+    """The kind that ``obj`` (an instance or a class) declares through :data:`KIND_ATTRIBUTE`; ``None`` if none."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    kind = getattr(cls, KIND_ATTRIBUTE, None)
+    return kind if isinstance(kind, str) else None
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MODULE_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")

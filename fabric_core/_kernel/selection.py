@@ -22,7 +22,6 @@ from typing import Any
 from fabric_core._kernel.arguments import (
     PRECISION_ALIASES,
     accelerator_label,
-    check_device_count,
     check_logger,
     check_one_precision,
     check_type,
@@ -35,7 +34,7 @@ from fabric_core._kernel.arguments import (
 )
 from fabric_core._kernel.context import Decision, SelectionContext
 from fabric_core._kernel.manager import PluginManager, get_manager
-from fabric_core._kernel.registry import Catalog, Entry, Spec
+from fabric_core._kernel.registry import Catalog, Entry, Spec, component_kind
 from fabric_core._logging import log_event
 from fabric_core._signature import accepts
 from fabric_core.errors import (
@@ -75,6 +74,8 @@ class Selection:
     environment_given: Any = None
     #: ``devices`` as the accelerator parsed it, ``"auto"`` counted first (Lightning's ``_devices_flag``).
     parsed_devices: Any = None
+    #: What rank 0 tells the user when the components are built (a choice made for them, and why).
+    notices: list[str] = field(default_factory=list)
 
 
 #: How a component given inside ``Fabric(plugins=...)`` is recorded.
@@ -91,10 +92,6 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
     Lightning calls these items plugins; here they are components like any other, and each is decided later
     exactly as its own argument would be.
     """
-    from fabric_core.environments.environment import ClusterEnvironment
-    from fabric_core.io.checkpoint_io import CheckpointIO
-    from fabric_core.precision.precision import Precision
-
     if plugins is None:
         return None, None, None
     items = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
@@ -116,12 +113,8 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
                     argument="Fabric(plugins=...)",
                     unavailable=catalog.unavailable,
                 )
-        elif isinstance(item, Precision):
-            slot = ("precision", item)
-        elif isinstance(item, CheckpointIO):
-            slot = ("checkpoint_io", item)
-        elif isinstance(item, ClusterEnvironment):
-            slot = ("environment", item)
+        elif (kind := component_kind(item)) in _PLUGIN_TYPES and not isinstance(item, type):
+            slot = (kind, item)
         else:
             raise ArgumentTypeError(
                 f"Found invalid type for plugin {item!r}. Expected one of: Precision, CheckpointIO, "
@@ -149,13 +142,17 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
 _PLUGIN_TYPES = {"precision": "Precision", "checkpoint_io": "CheckpointIO", "environment": "ClusterEnvironment"}
 
 
+def _is_instance(value: Any, kind: str) -> bool:
+    """Whether ``value`` is a component of ``kind``: an instance whose base class declares it (the contract's
+    :data:`~fabric_core._kernel.registry.KIND_ATTRIBUTE`), which the kernel never imports."""
+    return not isinstance(value, type) and component_kind(value) == kind
+
+
 def _select_accelerator(
     manager: PluginManager, ctx: SelectionContext, accelerator: Any, decisions: list[Decision]
 ) -> tuple[Choice, SelectionContext]:
-    from fabric_core.accelerators.accelerator import Accelerator
-
-    check_type("accelerator", accelerator, Accelerator, "an Accelerator")
-    if isinstance(accelerator, Accelerator):
+    check_type("accelerator", accelerator, "an Accelerator")
+    if _is_instance(accelerator, "accelerator"):
         cls: type[Any] = type(accelerator)
         choice = Choice(instance=accelerator)
         decisions.append(Decision("accelerator", cls.__name__, "instance passed by the user"))
@@ -190,9 +187,17 @@ def _answering_hook(plugin: str | None, step: str) -> str | None:
 
 
 def _select_devices(
-    ctx: SelectionContext, devices: Any, decisions: list[Decision], environment: Any, strategy: Any
+    ctx: SelectionContext,
+    devices: Any,
+    decisions: list[Decision],
+    environment: Any,
+    strategy: Any,
+    notices: list[str],
 ) -> tuple[SelectionContext, Any]:
-    """Decide the devices (``devices`` normalised); returns the context and ``devices`` as the accelerator parsed it."""
+    """Decide the devices (``devices`` normalised); returns the context and ``devices`` as the accelerator parsed it.
+
+    Where the processes the scheduler started decide ``devices="auto"``, ``notices`` gets the sentence that says so.
+    """
     cls: Any = ctx.accelerator_class
     assert cls is not None
     auto_strategy = isinstance(strategy, str) and strategy.strip().lower() == "auto"
@@ -224,7 +229,7 @@ def _select_devices(
     if num_nodes != ctx.num_nodes:
         decisions.append(Decision("num_nodes", str(num_nodes), f"num_nodes=1 (the default): as {ctx.environment}"))
     log_event("devices_inferred", level="info", environment=ctx.environment, devices=per_node, num_nodes=num_nodes)
-    _tell_inferred(ctx.environment, per_node, nodes, num_nodes)
+    notices.append(_inferred(ctx.environment, per_node, nodes, num_nodes))
     return dataclasses.replace(
         ctx, devices="auto", parallel_devices=parallel, num_nodes=num_nodes, devices_from_environment=True
     ), parsed
@@ -242,10 +247,8 @@ def _started_topology(ctx: SelectionContext, environment: Any) -> tuple[int, int
     return (int(per_node), int(nodes)) if per_node >= 1 and nodes >= 1 else None
 
 
-def _tell_inferred(environment: str | None, per_node: int, nodes: int, num_nodes: int) -> None:
-    from fabric_core.utilities.rank_zero import rank_zero_info
-
-    rank_zero_info(
+def _inferred(environment: str | None, per_node: int, nodes: int, num_nodes: int) -> str:
+    return (
         f"{environment} started {per_node * nodes} processes ({per_node} per node x {nodes} node(s)): "
         f"using `devices={per_node}, num_nodes={num_nodes}` for `devices='auto'`, so they train as one job. "
         "Pass `devices=1` to train one independent copy per process instead."
@@ -293,10 +296,8 @@ def _decided(
 def _select_strategy(
     manager: PluginManager, ctx: SelectionContext, strategy: Any, decisions: list[Decision]
 ) -> tuple[Choice, SelectionContext]:
-    from fabric_core.strategies.strategy import Strategy
-
-    check_type("strategy", strategy, Strategy, "a Strategy")
-    if isinstance(strategy, Strategy):
+    check_type("strategy", strategy, "a Strategy")
+    if _is_instance(strategy, "strategy"):
         cls: type[Any] = type(strategy)
         decisions.append(Decision("strategy", cls.__name__, "instance passed by the user"))
         return Choice(instance=strategy), dataclasses.replace(ctx, strategy=cls.__name__, strategy_class=cls)
@@ -322,9 +323,7 @@ def _select_precision(
     manager: PluginManager, ctx: SelectionContext, precision: Any, decisions: list[Decision], where: str | None
 ) -> tuple[Choice, SelectionContext]:
     """Decide the precision given as ``precision=`` or (``where="plugins="``) inside ``plugins=``: one path."""
-    from fabric_core.precision.precision import Precision
-
-    if isinstance(precision, Precision):
+    if _is_instance(precision, "precision"):
         reason = f"instance passed in {where}" if where else "instance passed by the user"
         decisions.append(Decision("precision", type(precision).__name__, reason))
         return Choice(instance=precision), dataclasses.replace(ctx, precision=type(precision).precision)
@@ -418,9 +417,9 @@ def select(
     acc_choice, ctx = _select_accelerator(manager, ctx, accelerator, decisions)
     # The environment before the devices: a scheduler that started the processes decides `devices="auto"`.
     env_choice, ctx = _select_environment(ctx, environment_in_plugins, decisions)
-    ctx, parsed_devices = _select_devices(ctx, devices, decisions, env_choice.instance, args["strategy"])
+    notices: list[str] = []
+    ctx, parsed_devices = _select_devices(ctx, devices, decisions, env_choice.instance, args["strategy"], notices)
     strategy_choice, ctx = _select_strategy(manager, ctx, args["strategy"], decisions)
-    check_device_count(ctx, args, strategy_choice.instance)
     if precision_in_plugins is not None:
         precision_choice, ctx = _select_precision(manager, ctx, precision_in_plugins, decisions, _IN_PLUGINS)
     else:
@@ -440,6 +439,7 @@ def select(
         callbacks=_select_many(catalog, "callback", callbacks, decisions),
         environment_given=environment_in_plugins,
         parsed_devices=parsed_devices,
+        notices=notices,
     )
     log_event("selection", level="info", **{d.step: d.value for d in decisions})
     return selection

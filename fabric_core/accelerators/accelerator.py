@@ -20,6 +20,9 @@ class Accelerator(ABC):
     without) building an instance.
     """
 
+    #: What the kernel knows this class by (see ``fabric_core.plugin_api.KIND_ATTRIBUTE``).
+    __fabric_core_kind__: ClassVar[str] = "accelerator"
+
     #: The ``torch.device`` type of this accelerator's devices.
     device_type: ClassVar[str]
     #: The process-group backend used on these devices.

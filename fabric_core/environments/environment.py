@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 __all__ = ["ClusterEnvironment"]
 
@@ -13,6 +14,9 @@ class ClusterEnvironment(ABC):
     Registered by name through ``fabric_core_register_environments`` with a ``probe`` that says whether
     the current process runs under it.
     """
+
+    #: What the kernel knows this class by (see ``fabric_core.plugin_api.KIND_ATTRIBUTE``).
+    __fabric_core_kind__: ClassVar[str] = "environment"
 
     @property
     @abstractmethod

@@ -17,6 +17,9 @@ class CheckpointIO(ABC):
     a strategy asks only for what the class declares.
     """
 
+    #: What the kernel knows this class by (see ``fabric_core.plugin_api.KIND_ATTRIBUTE``).
+    __fabric_core_kind__: ClassVar[str] = "checkpoint_io"
+
     #: Whether ``load_checkpoint`` takes ``mmap=True`` (map the file; tensors share its pages instead of being
     #: read into memory first). ``Strategy.load_checkpoint`` passes it, for loads that restore a module, only
     #: where this is ``True``; a subclass whose ``load_checkpoint`` accepts ``mmap`` without declaring it here

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -26,6 +26,9 @@ class Precision:
     Precisions that only cast floats declare it instead (:class:`~fabric_core.precision.float_cast.FloatCastPrecision`),
     and the wrappers then cast the forward's arguments themselves.
     """
+
+    #: What the kernel knows this class by (see ``fabric_core.plugin_api.KIND_ATTRIBUTE``).
+    __fabric_core_kind__: ClassVar[str] = "precision"
 
     #: The canonical precision string this plugin serves. A plain attribute, not a ``ClassVar``: classes
     #: that serve several strings (``HalfPrecision``: ``16-true`` and ``bf16-true``) set it per instance.

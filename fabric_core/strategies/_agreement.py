@@ -50,7 +50,7 @@ def configure() -> None:
         InvalidConfigError: The variable is not a boolean.
     """
     global checking
-    from fabric_core._kernel.manager import env_flag
+    from fabric_core._switches import env_flag
 
     checking = env_flag(os.environ, CHECK_VARIABLE, False)
 

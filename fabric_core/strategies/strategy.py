@@ -89,6 +89,9 @@ class Strategy(ABC):
             selection.
     """
 
+    #: What the kernel knows this class by (see ``fabric_core.plugin_api.KIND_ATTRIBUTE``).
+    __fabric_core_kind__: ClassVar[str] = "strategy"
+
     #: Whether model and optimizers must be set up together (``fabric.setup_optimizers`` is refused).
     requires_joint_setup: ClassVar[bool] = False
     #: Whether one process drives all devices (no ``fabric.launch()`` needed before setup).

@@ -1,12 +1,14 @@
 """The core's own plugin: registers the built-in components by string, through the same hooks as any plugin.
 
-Like any plugin, it imports only the contract, :mod:`fabric_core.plugin_api`.
+Like any plugin, it imports only the contract, :mod:`fabric_core.plugin_api`, and the kernel finds it as it
+finds any plugin: through its entry point (``builtin``, declared by fabric-core's own distribution).
 
 Its selection hooks are ``trylast``: they give the core's default answer when no plugin decides.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import TYPE_CHECKING, Final
 
@@ -189,3 +191,30 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
         kind = "16-bit" if requested == "16-mixed" else "bfloat16"
         rank_zero_info(f"Using {kind} Automatic Mixed Precision (AMP)")
     return requested
+
+
+@hookimpl(trylast=True)
+def fabric_core_validate_selection(context: SelectionContext) -> None:
+    """Refuse a one-device strategy asked to run on several devices or nodes (it would use only the first).
+
+    ``devices="auto"`` is fine: the strategy takes the first device found.
+    """
+    # A chosen strategy class is imported already: a subclass of SingleDeviceStrategy means its module is loaded.
+    single = sys.modules.get("fabric_core.strategies.single_device")
+    cls = context.strategy_class
+    if single is None or cls is None or not issubclass(cls, single.SingleDeviceStrategy):
+        return
+    several = context.devices != "auto" and context.num_processes > 1
+    if not several and context.num_nodes == 1:
+        return
+    # The strategy's name, or its class for an instance (whose name the catalog does not know).
+    given = context.catalog.find("strategy", context.strategy or "") is None
+    name = f"{context.strategy}(...)" if given else repr(context.strategy)
+    asked = f"devices={context.devices!r}" if several else f"num_nodes={context.num_nodes}"
+    raise InvalidConfigError(
+        f"`Fabric(strategy={name}, {asked})`: this strategy runs one process on one device, so it would "
+        "silently use only the first. Pass `devices=1` (and `num_nodes=1`), or a multi-device strategy such "
+        "as 'ddp'.",
+        argument="devices" if several else "num_nodes",
+        value=context.devices if several else context.num_nodes,
+    )
