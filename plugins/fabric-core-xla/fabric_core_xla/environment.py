@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -16,9 +17,11 @@ _XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
 def _runtime() -> Any:
-    import torch_xla.runtime as xr
+    # The attribute of the package (not `import torch_xla.runtime`), as Lightning reads it: a stand-in package
+    # in `sys.modules` (Lightning's tests simulate XLA so) then answers too.
+    from torch_xla import runtime
 
-    return xr
+    return runtime
 
 
 class XLAEnvironment(ClusterEnvironment):
@@ -64,6 +67,9 @@ class XLAEnvironment(ClusterEnvironment):
         """Whether this host has XLA devices (``XLAAccelerator.is_available()``, asked at call time)."""
         return bool(accelerator.XLAAccelerator.is_available())
 
+    # Asked of the runtime once, as Lightning does (its tests clear the cache with `.cache_clear()`); the one
+    # environment object of a process is what the cache holds on to.
+    @functools.lru_cache(maxsize=1)  # noqa: B019
     def world_size(self) -> int:
         """The number of processes (replicas) in the job."""
         return int(_runtime().world_size())
@@ -71,6 +77,9 @@ class XLAEnvironment(ClusterEnvironment):
     def set_world_size(self, size: int) -> None:
         """Ignored: the runtime decides the world size."""
 
+    # Asked of the runtime once, as Lightning does (its tests clear the cache with `.cache_clear()`); the one
+    # environment object of a process is what the cache holds on to.
+    @functools.lru_cache(maxsize=1)  # noqa: B019
     def global_rank(self) -> int:
         """This process's ordinal among all processes."""
         return int(_runtime().global_ordinal())
@@ -78,10 +87,16 @@ class XLAEnvironment(ClusterEnvironment):
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the runtime decides the ranks."""
 
+    # Asked of the runtime once, as Lightning does (its tests clear the cache with `.cache_clear()`); the one
+    # environment object of a process is what the cache holds on to.
+    @functools.lru_cache(maxsize=1)  # noqa: B019
     def local_rank(self) -> int:
         """This process's ordinal on its host."""
         return int(_runtime().local_ordinal())
 
+    # Asked of the runtime once, as Lightning does (its tests clear the cache with `.cache_clear()`); the one
+    # environment object of a process is what the cache holds on to.
+    @functools.lru_cache(maxsize=1)  # noqa: B019
     def node_rank(self) -> int:
         """The index of this host among the job's hosts."""
         return int(_runtime().host_index())

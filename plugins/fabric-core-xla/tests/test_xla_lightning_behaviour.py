@@ -134,3 +134,24 @@ def test_each_flag_is_the_requirement_itself_not_a_copy_of_a_patched_one(path: s
     # Lightning's `mock_xla_available` patches the accelerator's flag first; a module imported after that binds
     # the accelerator's `XLA_AVAILABLE`, which no test patches, so it is not left believing torch_xla exists.
     assert module("fabric_core", path)._XLA_AVAILABLE is XLA_AVAILABLE
+
+
+@pytest.mark.parametrize(
+    ("method", "runtime_name"),
+    [("world_size", "world_size"), ("global_rank", "global_ordinal"), ("local_rank", "local_ordinal")],
+)
+def test_the_environment_asks_the_runtime_once_as_lightnings(
+    xla: Callable[[int | None], None], method: str, runtime_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lightning's *_from_xla_runtime_greater_2_1 tests: a cached answer (`.cache_clear()`), read from a stand-in
+    # torch_xla package's `runtime` attribute.
+    from unittest import mock
+
+    xla(None)
+    monkeypatch.setattr(module(PACKAGES[0], "plugins.environments.xla"), "_XLA_GREATER_EQUAL_2_1", True)
+    for package in PACKAGES:
+        environment = module(package, "plugins.environments").XLAEnvironment()
+        with mock.patch(f"torch_xla.runtime.{runtime_name}", return_value=3) as asked:
+            getattr(environment, method).cache_clear()
+            assert getattr(environment, method)() == getattr(environment, method)() == 3
+            asked.assert_called_once()
