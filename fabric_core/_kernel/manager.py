@@ -142,16 +142,19 @@ def _is_core_plugin(ep: metadata.EntryPoint) -> bool:
     return ep.name.lower() == BUILTIN and dist is not None and dist_key(dist.name) == dist_key(CORE_DISTRIBUTION)
 
 
-def _core_plugin() -> metadata.EntryPoint:
+def _core_plugin(declared: list[metadata.EntryPoint]) -> metadata.EntryPoint:
     """The core's own plugin (the built-in components): found, like any plugin, through its entry point.
 
     fabric-core's distribution declares it as ``builtin`` in :data:`ENTRY_POINT_GROUP`, so the kernel names no
     module of the components above it. It is loaded first by every manager, whatever the switches say.
 
+    Args:
+        declared: The entry points of :data:`ENTRY_POINT_GROUP`.
+
     Raises:
         PluginLoadError: fabric-core's distribution is not installed (a source tree on ``sys.path`` only).
     """
-    for ep in entry_points(ENTRY_POINT_GROUP):
+    for ep in declared:
         if _is_core_plugin(ep):
             return ep
     raise PluginLoadError(
@@ -254,13 +257,13 @@ class PluginManager:
         return removed
 
     def _load_all(self) -> None:
-        core = _core_plugin()
+        eps = entry_points(self.group) if self.autoload or self.group == ENTRY_POINT_GROUP else []
+        core = _core_plugin(eps if self.group == ENTRY_POINT_GROUP else entry_points(ENTRY_POINT_GROUP))
         self._register(BUILTIN, core.load(), PluginRecord(BUILTIN, "loaded", module=core.value))
         for name, obj in self._extra.items():
             module = getattr(obj, "__name__", type(obj).__name__)
             self._consider(name.lower(), _constant(obj), PluginRecord(name.lower(), "loaded", module=module))
         if self.autoload:
-            eps = entry_points(self.group)
             counts = Counter(ep.name.lower() for ep in eps if not _is_core_plugin(ep))
             for ep in eps:
                 if not _is_core_plugin(ep):
