@@ -33,9 +33,10 @@ class DataParallelStrategy(ParallelStrategy):
 
     def setup_module(self, module: Module) -> DataParallel[Module]:
         """Wrap ``module`` in ``DataParallel`` over the parallel devices."""
-        devices = self.parallel_devices or []
-        device_ids = [d.index for d in devices if d.type != "cpu"] or None
-        return DataParallel(module=module, device_ids=device_ids)  # by keyword, as Lightning passes it
+        devices: list[Any] = self.parallel_devices or []
+        # Device indices given as numbers (as DataParallel takes them) pass through, as in Lightning.
+        device_ids = [d if isinstance(d, int) else d.index for d in devices if isinstance(d, int) or d.type != "cpu"]
+        return DataParallel(module=module, device_ids=device_ids or None)  # by keyword, as Lightning passes it
 
     def get_module_state_dict(self, module: Module) -> dict[str, Any]:
         if isinstance(module, DataParallel):

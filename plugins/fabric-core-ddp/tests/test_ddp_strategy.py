@@ -169,3 +169,17 @@ def test_on_a_gpu_the_wrapper_is_built_on_a_side_stream_as_in_lightning(
         monkeypatch.setattr(module, "DistributedDataParallel", Mock())
         cls(parallel_devices=[device], cluster_environment=LightningEnvironment()).setup_module(torch.nn.Linear(2, 2))
     assert entered == ([] if device.type == "cpu" else ["lightning", "ours"])
+
+
+def test_data_parallel_passes_device_indices_given_as_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's strategies/test_dp.py::test_data_parallel_setup_module.
+
+    import fabric_core_ddp.dp as dp
+
+    wrapper = Mock()
+    monkeypatch.setattr(dp, "DataParallel", wrapper)
+    strategy = dp.DataParallelStrategy()
+    strategy.parallel_devices = [0, 2, 1]
+    module = torch.nn.Linear(2, 2)
+    strategy.setup_module(module)
+    wrapper.assert_called_once_with(module=module, device_ids=[0, 2, 1])
