@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect  # noqa: F401  # an attribute of Lightning's module, through which code patches inspect.signature
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 

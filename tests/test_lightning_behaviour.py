@@ -234,3 +234,21 @@ def test_the_wrapper_reports_the_device_and_dtype_a_recording_module_was_moved_t
         assert inner.device == wrapped.device == torch.device("cpu"), library.__name__
         stand_in = Mock()
         assert wrappers._FabricModule(Mock(), Mock(), original_module=stand_in).module is stand_in
+
+
+def test_a_callback_whose_signature_cannot_be_read_gets_every_argument_as_in_lightning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Lightning's test_callback_kwargs_filtering_signature_inspection_failure reaches `inspect` through
+    # `lightning.fabric.fabric`.
+    from unittest.mock import Mock
+
+    import fabric_core.fabric
+
+    def unreadable(obj: Any) -> Any:
+        raise ValueError("no signature")
+
+    monkeypatch.setattr(fabric_core.fabric.inspect, "signature", unreadable)
+    callback = Mock()
+    fabric_core.Fabric(accelerator="cpu", callbacks=[callback]).call("on_hook", a=1, b=2)
+    callback.on_hook.assert_called_with(a=1, b=2)
