@@ -175,5 +175,5 @@ def test_the_plan_is_made_when_the_wrappers_are_built_not_when_fabric_is() -> No
     fabric.backward(loss)  # before any setup: the general path, which is right for every precision
     model = fabric.setup(nn.Linear(4, 2))
     assert plugin.reads > 0
-    assert fabric._plain_backward and fabric._direct_backward  # announced already, and nothing guards
+    assert fabric._plain_backward and fabric._direct_backward  # nothing guards the outputs
     assert model(torch.randn(1, 4)).dtype == torch.float32 and model.module.weight.dtype == torch.float64
