@@ -1,7 +1,7 @@
 """fabric-core: scale a PyTorch training loop with the Lightning Fabric API, as a plugin microkernel.
 
 ``import fabric_core`` imports neither torch nor any plugin: every public name is loaded on first use. It
-installs one import hook (:mod:`fabric_core._kernel.lightning_paths`) so that Lightning's module paths whose
+installs one import hook (:mod:`fabric_core._lightning.paths.plugin_modules`) so that Lightning's module paths whose
 classes live in plugins (``fabric_core.strategies.ddp``) import as the plugin's module.
 """
 
@@ -88,7 +88,7 @@ class _AliasFinder:
     """Import hook for Lightning's module paths that plugins declare (``fabric_core.strategies.ddp``).
 
     It sits after the normal finders, so it sees only a miss under ``fabric_core.``; the work is in
-    :mod:`fabric_core._kernel.lightning_paths`, imported on the first such miss.
+    :mod:`fabric_core._lightning.paths.plugin_modules`, imported on the first such miss.
     """
 
     fabric_core_alias_finder: Final = True  # how a second import (a reload) recognises an installed one
@@ -98,7 +98,7 @@ class _AliasFinder:
     ) -> ModuleSpec | None:
         if not fullname.startswith("fabric_core."):
             return None
-        from fabric_core._kernel.lightning_paths import find_spec
+        from fabric_core._lightning.paths.plugin_modules import find_spec
 
         return find_spec(fullname)
 

@@ -2,16 +2,18 @@
 
 Lightning's import paths whose names live elsewhere in fabric-core (``utilities.distributed``, ``connector``,
 ``cli``) and ``fabric_core.<submodule>`` attribute access use these, so importing those paths stays light.
-Any layer may use it; the catalog-aware package attributes are in :mod:`fabric_core._kernel.lazy`.
+Plugins get the same through :func:`fabric_core.plugin_api.lazy_exports`. Any layer may use it; the catalog-aware
+package attributes are in :mod:`fabric_core._lightning.paths.package_classes`.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lightning_reexports", "reexports", "submodule"]
+__all__ = ["lazy_exports", "lightning_reexports", "reexports", "submodule"]
 
 
 def reexports(
@@ -39,14 +41,41 @@ def reexports(
     return __getattr__
 
 
+def lazy_exports(
+    module: str, where: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` (PEP 562) for names imported on first access.
+
+    A plugin package exports its classes without importing torch: ::
+
+        __getattr__, __dir__ = lazy_exports(__name__, {"DDPStrategy": "fabric_core_ddp.ddp"})
+
+    Nothing is cached in the package: each access reads the name from its source module, so a name patched
+    there is the one the package answers.
+
+    Args:
+        module: The package's ``__name__``.
+        where: ``{name: source}``; the source is a module path (the same name there) or ``"module:name"``.
+
+    Returns:
+        The ``__getattr__`` (an unknown name raises ``AttributeError``) and a ``__dir__`` that lists the
+        package's own names and the names of ``where``.
+    """
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[module]), *where})
+
+    return reexports(module, where), __dir__
+
+
 def lightning_reexports(module: str, fallback: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """The ``__getattr__`` of a Lightning path: the names Lightning re-exports there from its other modules.
 
     ``from lightning.fabric.strategies.fsdp import _lazy_load`` works in Lightning because its ``fsdp`` module
     imports that helper; here every such name is served from the one module that implements it, as listed in
-    :mod:`fabric_core._kernel.lightning_names`.
+    :mod:`fabric_core._lightning.paths.reexported_names`.
     """
-    from fabric_core._kernel.lightning_names import REEXPORTS
+    from fabric_core._lightning.paths.reexported_names import REEXPORTS
 
     return reexports(module, REEXPORTS.get(module, {}), fallback)
 

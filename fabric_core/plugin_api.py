@@ -12,7 +12,10 @@ such as ``fabric_core.strategies``)::
         registry.add("my_strategy", "my_plugin.strategy:MyStrategy", description="...")
 
 Importing this module imports neither torch nor any plugin, so a registration module that imports only it
-stays light: it is imported for every ``Fabric(...)`` and every ``fabric-core list-plugins``.
+stays light: it is imported for every ``Fabric(...)`` and every ``fabric-core list-plugins``. A plugin's
+package stays as light with :func:`lazy_exports`, which loads its classes on first access::
+
+    __getattr__, __dir__ = lazy_exports(__name__, {"MyStrategy": "my_plugin.strategy"})
 
 The hooks (:data:`HOOKS`; each is documented in :mod:`fabric_core.hookspecs`) come in three families:
 
@@ -51,6 +54,7 @@ from __future__ import annotations
 from typing import Final
 
 from fabric_core import hookspecs
+from fabric_core._deferred import lazy_exports
 from fabric_core._kernel.context import Decision, SelectionContext
 from fabric_core._kernel.registry import (
     KIND_ATTRIBUTE,
@@ -108,6 +112,7 @@ __all__ = [
     "component_kind",
     "hookimpl",
     "hookspecs",
+    "lazy_exports",
     "spec",
 ]
 

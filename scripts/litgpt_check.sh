@@ -33,7 +33,7 @@ fabric_core_reqs=(-e . -e plugins/fabric-core-ddp -e plugins/fabric-core-fsdp)
 # lightning.pytorch (imported by `import lightning`, which LitGPT does) imports Lightning Fabric's cuda, mps and xla
 # accelerator modules, its deepspeed strategy and precision, its bitsandbytes precision and its tensorboard logger at
 # import time. No plugin for those is installed: fabric-core serves those paths itself while their plugins are absent
-# (fabric_core/_kernel/absent.py), which is what a user who runs `pip install litgpt fabric-core` gets.
+# (fabric_core/_lightning/paths/absent_plugins.py), which is what a user who runs `pip install litgpt fabric-core` gets.
 plan="$(pip install --dry-run --no-build-isolation -c "$constraints" "${litgpt_reqs[@]}" "${fabric_core_reqs[@]}" 2>/dev/null | grep '^Would install' || true)"
 if grep -Eq '(^| )torch-[0-9]' <<<"$plan"; then
     echo "litgpt_check: refusing to continue, pip would replace torch: $plan" >&2

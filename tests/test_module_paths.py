@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core._kernel.lightning_paths import resolve
 from fabric_core._kernel.manager import plugin_module
+from fabric_core._lightning.paths.plugin_modules import resolve
 from fabric_core.errors import FIRST_PARTY_MODULES, InvalidConfigError
 from fabric_core.testing import make_manager
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -109,3 +111,40 @@ def test_the_core_plugin_is_found_through_its_entry_point_and_loaded_first() -> 
     assert [(ep.name, ep.value) for ep in declared] == [("builtin", "fabric_core._builtin")]
     records = fabric_core.PluginManager(autoload=False).records
     assert (records[0].name, records[0].status, records[0].module) == ("builtin", "loaded", "fabric_core._builtin")
+
+
+def test_lazy_exports_import_each_name_on_first_access(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    package = types.ModuleType("my_plugin")
+    package.__version__ = "1"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "my_plugin", package)
+    getattr_, dir_ = plugin_api.lazy_exports("my_plugin", {"ArgumentParser": "argparse", "Joined": "os.path:join"})
+    import argparse
+    import os.path
+
+    assert getattr_("ArgumentParser") is argparse.ArgumentParser
+    assert getattr_("Joined") is os.path.join
+    with pytest.raises(AttributeError, match="module 'my_plugin' has no attribute 'Missing'"):
+        getattr_("Missing")
+    assert {"ArgumentParser", "Joined", "__version__"} <= set(dir_())
+    monkeypatch.setattr(argparse, "ArgumentParser", int)  # nothing is cached: a patched source answers
+    assert getattr_("ArgumentParser") is int
+
+
+PLUGIN_PACKAGES = sorted(ROOT.glob("plugins/*/fabric_core_*/__init__.py"))
+
+
+@pytest.mark.parametrize("path", PLUGIN_PACKAGES, ids=lambda p: p.parent.name)
+def test_plugin_packages_export_through_lazy_exports(path: Path) -> None:
+    """Every first-party plugin and the template use the contract's helper, not a ``__getattr__`` of their own."""
+    tree = ast.parse(path.read_text())
+    assert not [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    assert "fabric_core.plugin_api.lazy_exports" in {name for _, name in _imports(path)}
+    assert len(PLUGIN_PACKAGES) == 12
+    if importlib.util.find_spec(path.parent.name) is None:
+        return  # the template is not installed
+    package = importlib.import_module(path.parent.name)
+    for name in package.__all__:
+        assert name in dir(package)
+        getattr(package, name)  # imports, or the test fails

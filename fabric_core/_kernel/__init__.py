@@ -1,4 +1,4 @@
-"""The microkernel: plugin discovery and isolation, the catalog of names, selection, and Lightning's module paths.
+"""The microkernel: plugin discovery and isolation, the catalog of names and selection.
 
 It knows no hardware and no distributed algorithm, and imports no torch when imported. Plugins reach it through
 the public contract (:mod:`fabric_core.plugin_api`, :mod:`fabric_core.hookspecs`); the rest of fabric-core
@@ -11,8 +11,7 @@ through :class:`~fabric_core._kernel.manager.PluginManager`'s typed methods. Its
 - ``arguments``: how ``Fabric(...)`` arguments and their environment variables are read;
 - ``selection``: deciding what the arguments mean (builds nothing);
 - ``builtin``: the core's own plugin, written against the contract;
-- ``catalog_view``: ``ACCELERATOR_REGISTRY`` / ``STRATEGY_REGISTRY``, Lightning-shaped views of the catalog;
-- ``lightning_paths``, ``lazy``, ``absent``: Lightning's import paths (``fabric_core.strategies.ddp``) served
-  from the plugins that declare them, and stand-ins while a plugin is absent; ``lightning_names`` and
-  ``absent_names`` are the tables generated from Lightning Fabric for them.
+- ``catalog_view``: ``ACCELERATOR_REGISTRY`` / ``STRATEGY_REGISTRY``, Lightning-shaped views of the catalog.
+
+Lightning's module paths are served by :mod:`fabric_core._lightning.paths`.
 """

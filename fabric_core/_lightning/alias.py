@@ -2,7 +2,7 @@
 
 :func:`install` puts :class:`LightningImportsFinder` first on ``sys.meta_path``. For ``lightning_fabric.X`` and
 ``lightning.fabric.X`` it answers with a spec whose loader returns the module ``fabric_core.X`` itself (as
-:mod:`fabric_core._kernel.lightning_paths` does for plugin paths), so there is one module object under three
+:mod:`fabric_core._lightning.paths.plugin_modules` does for plugin paths), so there is one module object under three
 names and ``isinstance`` and ``mock.patch`` agree across them. ``lightning`` itself is the installed distribution
 when there is one (its ``__init__`` then imports ``lightning.fabric.fabric``, which is ours, and the real
 ``lightning.pytorch``), otherwise a small stand-in package with ``fabric``, ``Fabric`` and ``seed_everything``.

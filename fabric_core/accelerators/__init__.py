@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric_core._kernel.lazy import class_getattr
+from fabric_core._lightning.paths.package_classes import class_getattr
 
 _classes, __dir__ = class_getattr(
     __name__,

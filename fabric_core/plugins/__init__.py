@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabric_core._kernel.lazy import class_getattr
+from fabric_core._lightning.paths.package_classes import class_getattr
 from fabric_core.plugins._paths import ENVIRONMENTS, IO, PRECISIONS
 
 __getattr__, __dir__ = class_getattr(__name__, ("precision", "environment"), {**PRECISIONS, **ENVIRONMENTS, **IO})

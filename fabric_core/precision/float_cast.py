@@ -119,16 +119,6 @@ class Conversions:
                 value=self.plain_hooks,
             )
 
-    @property
-    def is_plain(self) -> bool:
-        """Whether the forward needs nothing: no cast and no context."""
-        return (
-            self.input_dtype is None
-            and not self.output_to_default
-            and self.forward_dtype is None
-            and self.autocast is None
-        )
-
 
 def supported(table: Mapping[str, _T], precision: str, call: str, where: str = "") -> _T:
     """What ``table`` holds for ``precision``: the check at the top of every float-cast precision's constructor.

@@ -237,7 +237,8 @@ def _lightning_path(path: str) -> Any:
 
     Device counts are asked there, by name at call time, as Lightning asks its own modules: so a patched
     ``accelerators.cuda.num_cuda_devices`` or ``MPSAccelerator.is_available`` answers here too. The path is
-    a string because the module comes from whichever plugin provides it (:mod:`fabric_core._kernel.lightning_paths`).
+    a string because the module comes from whichever plugin provides it
+    (:mod:`fabric_core._lightning.paths.plugin_modules`).
     """
     import importlib
 

@@ -19,52 +19,15 @@ from torch import Tensor
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.strategies import _collectives
+from fabric_core.utilities import _OPERATIONS
 from fabric_core.utilities._active import get_active_strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
-from fabric_core.utilities.structures import (
-    TensorInformation,
-    _map_tensors,
-    concatenate,
-    convert_outputs_to_fp32,
-    convert_to_fp32,
-    find_batch_size,
-    find_device,
-    get_data_structure,
-    honor_type,
-    ignorant_find_batch_size,
-    initialize_tensors,
-    is_tensor_information,
-    is_torch_tensor,
-    send_to_device,
-    slice_tensors,
-)
 
-__all__ = [
-    "GatheredParameters",
-    "TensorInformation",
-    "broadcast",
-    "broadcast_object_list",
-    "concatenate",
-    "convert_outputs_to_fp32",
-    "convert_to_fp32",
-    "find_batch_size",
-    "find_device",
-    "gather",
-    "gather_object",
-    "get_data_structure",
-    "honor_type",
-    "ignorant_find_batch_size",
-    "initialize_tensors",
-    "is_tensor_information",
-    "is_torch_tensor",
-    "pad_across_processes",
-    "reduce",
-    "send_to_device",
-    "slice_tensors",
-    "synchronize_rng_state",
-    "synchronize_rng_states",
-    "wait_for_everyone",
-]
+# Accelerate exports the structure helpers with the collectives: every name of structures.__all__.
+from fabric_core.utilities.structures import *  # noqa: F403
+from fabric_core.utilities.structures import _map_tensors
+
+__all__ = list(_OPERATIONS)
 
 _distributed: Final = _collectives.distributed  # whether a process group exists (one definition, there)
 # ``all_gather_into_tensor`` was renamed in torch 2.13 (the old name warns); both fill one flat buffer.

@@ -1,13 +1,13 @@
 """The names of Lightning's modules whose classes come from a plugin: the table behind
-``fabric_core._kernel.absent_names``.
+``fabric_core._lightning.paths.absent_names``.
 
 When the plugin behind a Lightning path (``accelerators.cuda`` from ``fabric-core-cuda``) is not installed, the
 path still imports and holds Lightning's names, so that ``lightning.pytorch`` and user code that only mention
-them keep working (:mod:`fabric_core._kernel.absent`). This script reads those modules of the installed
+them keep working (:mod:`fabric_core._lightning.paths.absent_plugins`). This script reads those modules of the installed
 ``lightning_fabric`` (their sources, so that only what a module defines itself counts; what it imports from its
-other modules is in ``fabric_core._kernel.lightning_names``) and prints the table; ``--write`` rewrites
-``fabric_core/_kernel/absent_names.py``. ``tests/compat/test_api_surface.py`` fails when the table and Lightning
-disagree.
+other modules is in ``fabric_core._lightning.paths.reexported_names``) and prints the table; ``--write`` rewrites
+``fabric_core/_lightning/paths/absent_names.py``. ``tests/compat/test_api_surface.py`` fails when the table and
+Lightning disagree.
 
 Each name is described by a short string:
 
@@ -29,7 +29,7 @@ import typing
 from pathlib import Path
 
 LIGHTNING = "lightning_fabric"
-TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_kernel" / "absent_names.py"
+TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_lightning" / "paths" / "absent_names.py"
 
 
 def _paths() -> dict[str, str]:
@@ -127,7 +127,7 @@ def render(data: dict[str, dict[str, str]]) -> str:
         "",
         f"Generated from lightning-fabric {lightning_fabric.__version__} by",
         "``python tests/compat/lightning_absent.py --write``; do not edit by hand. ``{path: {name: description}}``;",
-        "the descriptions are explained in that script, and :mod:`fabric_core._kernel.absent` builds the modules.",
+        "the descriptions are explained in that script, and :mod:`.absent_plugins` builds the modules.",
         '"""',
         "",
         "from __future__ import annotations",

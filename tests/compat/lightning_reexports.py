@@ -1,12 +1,12 @@
 """Which module-level names Lightning Fabric re-exports from another of its modules: the table behind
-``fabric_core._kernel.lightning_names``.
+``fabric_core._lightning.paths.reexported_names``.
 
 Lightning's modules import many helpers from each other (``strategies/fsdp.py`` has
 ``from lightning_fabric.utilities.load import _lazy_load``), and real code imports them from either place. Our
 Lightning-path modules answer those names through one table instead of repeating each import. This script reads
 the installed ``lightning_fabric`` (its sources, so an ``import ... as`` keeps its original name) and prints the
-table; ``--write`` rewrites ``fabric_core/_kernel/lightning_names.py``. ``tests/compat/test_api_surface.py`` fails when
-the table and Lightning disagree.
+table; ``--write`` rewrites ``fabric_core/_lightning/paths/reexported_names.py``.
+``tests/compat/test_api_surface.py`` fails when the table and Lightning disagree.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 LIGHTNING = "lightning_fabric"
 OURS = "fabric_core"
-TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_kernel" / "lightning_names.py"
+TABLE = Path(__file__).resolve().parents[2] / "fabric_core" / "_lightning" / "paths" / "reexported_names.py"
 # Lightning modules whose names we do not serve: its packaging and its setup script.
 SKIPPED = {f"{LIGHTNING}.__about__", f"{LIGHTNING}.__setup__", f"{LIGHTNING}.__version__"}
 

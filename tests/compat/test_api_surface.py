@@ -90,15 +90,15 @@ def test_the_module_level_walk_sees_private_names() -> None:
 
 
 def test_the_reexport_table_matches_lightning() -> None:
-    """``fabric_core/_kernel/lightning_names.py`` is what ``lightning_reexports.py --write`` makes of this Lightning."""
-    from fabric_core._kernel.lightning_names import REEXPORTS
+    """``_lightning/paths/reexported_names.py`` is what ``lightning_reexports.py --write`` makes of this Lightning."""
+    from fabric_core._lightning.paths.reexported_names import REEXPORTS
 
     assert lightning_reexports.table() == REEXPORTS, "run `python tests/compat/lightning_reexports.py --write`"
 
 
 def test_the_absent_plugin_table_matches_lightning() -> None:
-    """``fabric_core/_kernel/absent_names.py`` is what ``lightning_absent.py --write`` makes of this Lightning."""
-    from fabric_core._kernel.absent_names import ABSENT_NAMES
+    """``_lightning/paths/absent_names.py`` is what ``lightning_absent.py --write`` makes of this Lightning."""
+    from fabric_core._lightning.paths.absent_names import ABSENT_NAMES
 
     assert lightning_absent.table() == ABSENT_NAMES, "run `python tests/compat/lightning_absent.py --write`"
 

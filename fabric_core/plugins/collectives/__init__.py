@@ -8,7 +8,7 @@ no torch.
 
 from __future__ import annotations
 
-from fabric_core._kernel.lazy import class_getattr
+from fabric_core._lightning.paths.package_classes import class_getattr
 
 __getattr__, __dir__ = class_getattr(
     __name__,

@@ -6,7 +6,7 @@ declares it.
 
 from __future__ import annotations
 
-from fabric_core._kernel.lazy import class_getattr
+from fabric_core._lightning.paths.package_classes import class_getattr
 from fabric_core.plugins._paths import IO
 
 __getattr__, __dir__ = class_getattr(__name__, (), IO)

@@ -7,7 +7,7 @@ that declare them (imported on first use).
 
 from __future__ import annotations
 
-from fabric_core._kernel.lazy import class_getattr
+from fabric_core._lightning.paths.package_classes import class_getattr
 from fabric_core.plugins._paths import PRECISIONS
 
 __getattr__, __dir__ = class_getattr(__name__, ("precision",), PRECISIONS)

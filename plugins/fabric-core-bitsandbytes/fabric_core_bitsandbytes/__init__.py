@@ -5,18 +5,15 @@ The precision module imports torch (and bitsandbytes when built), so it is loade
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_bitsandbytes.precision import BitsandbytesPrecision
 
 __all__ = ["BitsandbytesPrecision"]
-__version__: Final = "0.1.0"
+__version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    if name == "BitsandbytesPrecision":
-        from fabric_core_bitsandbytes.precision import BitsandbytesPrecision
-
-        return BitsandbytesPrecision
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_WHERE = {"BitsandbytesPrecision": "fabric_core_bitsandbytes.precision"}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

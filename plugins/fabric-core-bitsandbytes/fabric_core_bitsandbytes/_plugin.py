@@ -31,5 +31,5 @@ def fabric_core_register_precisions(registry: Registry) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning path of the bitsandbytes precision (``fabric_core.plugins.precision.bitsandbytes``)."""
     registry.add("plugins.precision.bitsandbytes", "fabric_core_bitsandbytes.precision")

@@ -5,8 +5,9 @@ Every name is loaded on first access, so importing this package imports neither 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_cuda.accelerator import (
@@ -19,16 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["CUDAAccelerator", "find_usable_cuda_devices", "is_cuda_available", "num_cuda_devices"]
 __version__ = "0.1.0"
 
-_WHERE: Final = {
+_WHERE = {
     "CUDAAccelerator": "fabric_core_cuda.accelerator",
     "find_usable_cuda_devices": "fabric_core_cuda.accelerator",
     "is_cuda_available": "fabric_core_cuda.accelerator",
     "num_cuda_devices": "fabric_core_cuda.accelerator",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -58,5 +58,5 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning path of the CUDA accelerator and its device helpers (``fabric_core.accelerators.cuda``)."""
     registry.add("accelerators.cuda", "fabric_core_cuda.accelerator")

@@ -5,7 +5,9 @@ The strategy modules import torch, so they are loaded on first access of their c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_ddp.ddp import DDPStrategy
@@ -14,12 +16,5 @@ if TYPE_CHECKING:
 __all__ = ["DDPStrategy", "DataParallelStrategy"]
 __version__ = "0.1.0"
 
-_LAZY = {"DDPStrategy": "fabric_core_ddp.ddp", "DataParallelStrategy": "fabric_core_ddp.dp"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_WHERE = {"DDPStrategy": "fabric_core_ddp.ddp", "DataParallelStrategy": "fabric_core_ddp.dp"}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

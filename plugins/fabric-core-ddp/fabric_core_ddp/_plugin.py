@@ -97,6 +97,6 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning paths of the DDP and DataParallel strategies (``fabric_core.strategies.ddp``, ``.dp``)."""
     registry.add("strategies.ddp", "fabric_core_ddp.ddp")
     registry.add("strategies.dp", "fabric_core_ddp.dp")

@@ -5,7 +5,9 @@ The implementation modules import torch (and, when used, deepspeed), so they are
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_deepspeed._consolidate import consolidate
@@ -13,18 +15,11 @@ if TYPE_CHECKING:
     from fabric_core_deepspeed.strategy import DeepSpeedStrategy
 
 __all__ = ["DeepSpeedPrecision", "DeepSpeedStrategy", "consolidate"]
-__version__: Final = "0.1.0"
+__version__ = "0.1.0"
 
-_LAZY: Final = {
+_WHERE = {
     "DeepSpeedStrategy": "fabric_core_deepspeed.strategy",
     "DeepSpeedPrecision": "fabric_core_deepspeed.precision",
     "consolidate": "fabric_core_deepspeed._consolidate",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -118,6 +118,6 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning paths of the DeepSpeed strategy and precision (``fabric_core.strategies.deepspeed``, ...)."""
     registry.add("strategies.deepspeed", "fabric_core_deepspeed.strategy")
     registry.add("plugins.precision.deepspeed", "fabric_core_deepspeed.precision")

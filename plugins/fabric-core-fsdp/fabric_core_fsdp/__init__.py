@@ -5,7 +5,9 @@ The strategy modules import torch, so they are loaded on first access of their n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core.io.distributed import consolidate, load_distributed_checkpoint
@@ -24,7 +26,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_LAZY: Final = {
+_WHERE = {
     "FSDPStrategy": "fabric_core_fsdp.fsdp",
     "FSDP1Strategy": "fabric_core_fsdp.fsdp1",
     "FSDPPrecision": "fabric_core_fsdp.precision",
@@ -32,11 +34,4 @@ _LAZY: Final = {
     "consolidate": "fabric_core.io.distributed",
     "load_distributed_checkpoint": "fabric_core.io.distributed",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -135,7 +135,7 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning paths of the FSDP and model-parallel strategies and the FSDP precision."""
     registry.add("strategies.fsdp", "fabric_core_fsdp.fsdp")
     registry.add("strategies.model_parallel", "fabric_core_fsdp.model_parallel")
     registry.add("plugins.precision.fsdp", "fabric_core_fsdp.precision")

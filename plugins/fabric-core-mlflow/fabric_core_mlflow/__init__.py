@@ -5,7 +5,9 @@ The logger module imports mlflow, so it is loaded on first access of :class:`MLF
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_mlflow.logger import MLFlowLogger
@@ -13,10 +15,5 @@ if TYPE_CHECKING:
 __all__ = ["MLFlowLogger"]
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    if name == "MLFlowLogger":
-        from fabric_core_mlflow.logger import MLFlowLogger
-
-        return MLFlowLogger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_WHERE = {"MLFlowLogger": "fabric_core_mlflow.logger"}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -5,8 +5,9 @@ Every name is loaded on first access, so importing this package does not import 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_mps.accelerator import MPSAccelerator
@@ -15,11 +16,5 @@ if TYPE_CHECKING:
 __all__ = ["MPSAccelerator", "is_available"]
 __version__ = "0.1.0"
 
-_WHERE: Final = {"MPSAccelerator": "fabric_core_mps.accelerator", "is_available": "fabric_core_mps.device"}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+_WHERE = {"MPSAccelerator": "fabric_core_mps.accelerator", "is_available": "fabric_core_mps.device"}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -64,5 +64,5 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning path of the MPS accelerator (``fabric_core.accelerators.mps``)."""
     registry.add("accelerators.mps", "fabric_core_mps.accelerator")

@@ -7,7 +7,9 @@ this package (which every ``Fabric(...)`` does, for the registration module) sta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_ray.checkpoint import report
@@ -22,11 +24,4 @@ _WHERE = {
     "report": "fabric_core_ray.checkpoint",
     "run": "fabric_core_ray.launch",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'fabric_core_ray' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

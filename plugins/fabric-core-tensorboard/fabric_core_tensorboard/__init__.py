@@ -5,7 +5,9 @@ The logger module imports torch, so it is loaded on first access of :class:`Tens
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_tensorboard.logger import TensorBoardLogger
@@ -13,10 +15,5 @@ if TYPE_CHECKING:
 __all__ = ["TensorBoardLogger"]
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    if name == "TensorBoardLogger":
-        from fabric_core_tensorboard.logger import TensorBoardLogger
-
-        return TensorBoardLogger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_WHERE = {"TensorBoardLogger": "fabric_core_tensorboard.logger"}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

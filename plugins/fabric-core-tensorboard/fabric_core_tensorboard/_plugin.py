@@ -25,5 +25,5 @@ def fabric_core_register_loggers(registry: Registry) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning path of the TensorBoard logger (``fabric_core.loggers.tensorboard``)."""
     registry.add("loggers.tensorboard", "fabric_core_tensorboard.logger")

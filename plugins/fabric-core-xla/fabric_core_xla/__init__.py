@@ -6,8 +6,9 @@ Every name is loaded on first access, so importing this package imports neither 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
+
+from fabric_core.plugin_api import lazy_exports
 
 if TYPE_CHECKING:
     from fabric_core_xla.accelerator import TPUAccelerator, XLAAccelerator
@@ -36,7 +37,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_WHERE: Final = {
+_WHERE = {
     "SingleDeviceXLAStrategy": "fabric_core_xla.single_device",
     "SingleTPUStrategy": "fabric_core_xla.single_device",
     "TPUAccelerator": "fabric_core_xla.accelerator",
@@ -51,10 +52,4 @@ _WHERE: Final = {
     "XLAPrecision": "fabric_core_xla.precision",
     "XLAStrategy": "fabric_core_xla.strategy",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

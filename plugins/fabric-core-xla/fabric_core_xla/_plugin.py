@@ -169,7 +169,7 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
 
 @hookimpl
 def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """Declare Lightning's module paths for this plugin's classes (``fabric_core.strategies.ddp``, ...)."""
+    """The Lightning paths of the XLA accelerator, strategies, launcher, environment, checkpoint I/O and precision."""
     registry.add("accelerators.xla", "fabric_core_xla.accelerator")
     registry.add("strategies.xla", "fabric_core_xla.strategy")
     registry.add("strategies.single_xla", "fabric_core_xla.single_device")

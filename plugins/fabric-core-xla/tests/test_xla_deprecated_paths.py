@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from fabric_core._kernel.lightning_paths import resolve
+from fabric_core._lightning.paths.plugin_modules import resolve
 from fabric_core.testing import make_manager
 from fabric_core_xla._names import TPU_PATHS
 

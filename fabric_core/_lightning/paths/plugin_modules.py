@@ -8,7 +8,7 @@ from the default plugin manager (discovery imports no torch and happens once). T
 module object itself, so ``fabric_core.strategies.ddp.DDPStrategy is fabric_core_ddp.ddp.DDPStrategy``.
 
 A path that a first-party plugin would provide but that no loaded plugin declares still imports, as Lightning's
-modules import without their hardware or package: :mod:`fabric_core._kernel.absent` builds it with Lightning's names,
+modules import without their hardware or package: :mod:`.absent_plugins` builds it with Lightning's names,
 which report the hardware absent and fail only when used, saying how to get the plugin (``pip install`` when it
 is not installed, or why an installed one did not load: blocked, failed).
 """
@@ -65,11 +65,11 @@ def _serve_lightning_reexports(module: ModuleType, path: str) -> None:
     """Let the plugin's module answer the names Lightning's module at ``path`` re-exports from its others.
 
     ``from lightning.fabric.strategies.fsdp import _lazy_load`` reaches the FSDP plugin's module; the helper
-    lives in the core (:mod:`fabric_core._kernel.lightning_names` says where), so the plugin need not import it.
+    lives in the core (:mod:`.reexported_names` says where), so the plugin need not import it.
     A ``__getattr__`` the plugin's module has of its own is asked for every other name.
     """
     from fabric_core._deferred import lightning_reexports
-    from fabric_core._kernel.lightning_names import REEXPORTS
+    from fabric_core._lightning.paths.reexported_names import REEXPORTS
 
     if path not in REEXPORTS or getattr(module, "_fabric_core_lightning_path", None) == path:
         return
@@ -111,13 +111,13 @@ def resolve(fullname: str, catalog: Catalog, *, autoload: bool = True) -> Module
 def _absent_instead(fullname: str, why: str) -> ModuleType | None:
     """The stand-in of a first-party plugin's Lightning path whose module cannot be imported here (a torch
     built without ``torch.distributed``, a missing dependency), or ``None`` for any other path."""
-    from fabric_core._kernel.absent_names import ABSENT_NAMES
+    from fabric_core._lightning.paths.absent_names import ABSENT_NAMES
     from fabric_core.errors import FIRST_PARTY_MODULES
 
     path = fullname.removeprefix(PREFIX)
     if path not in ABSENT_NAMES:
         return None
-    from fabric_core._kernel.absent import absent_module
+    from fabric_core._lightning.paths.absent_plugins import absent_module
     from fabric_core._logging import log_event
 
     log_event("plugin_module_absent", level="warning", path=fullname, reason=why)
@@ -125,14 +125,14 @@ def _absent_instead(fullname: str, why: str) -> ModuleType | None:
 
 
 class _AbsentLoader:
-    """Loads a first-party plugin's path while that plugin is absent (:mod:`fabric_core._kernel.absent`)."""
+    """Loads a first-party plugin's path while that plugin is absent (:mod:`.absent_plugins`)."""
 
     def __init__(self, dist: str, why: str | None) -> None:
         self.dist = dist
         self.why = why
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
-        from fabric_core._kernel.absent import absent_module
+        from fabric_core._lightning.paths.absent_plugins import absent_module
 
         return absent_module(spec.name, self.dist, self.why)
 

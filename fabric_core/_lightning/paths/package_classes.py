@@ -46,9 +46,9 @@ def _absent_class(package: str, name: str) -> Any:
     """The placeholder of Lightning's class ``name`` from a path under ``package`` whose plugin is absent.
 
     Lightning's packages have their classes whether or not the hardware or package is there
-    (``lightning.fabric.accelerators.TPUAccelerator``); so do ours, as :mod:`fabric_core._kernel.absent` builds them.
+    (``lightning.fabric.accelerators.TPUAccelerator``); so do ours, as :mod:`.absent_plugins` builds them.
     """
-    from fabric_core._kernel.absent_names import ABSENT_NAMES
+    from fabric_core._lightning.paths.absent_names import ABSENT_NAMES
 
     prefix = f"{package.removeprefix('fabric_core').lstrip('.')}."
     for path, names in ABSENT_NAMES.items():
@@ -74,7 +74,7 @@ def class_getattr(
         module = local.get(name)
         if module is not None:
             return getattr(importlib.import_module(module), name)
-        from fabric_core._kernel.lightning_names import REEXPORTS
+        from fabric_core._lightning.paths.reexported_names import REEXPORTS
 
         if name in REEXPORTS.get(package, ()):  # a name Lightning's package re-exports from one of its modules
             try:

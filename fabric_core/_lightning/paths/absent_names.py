@@ -2,7 +2,7 @@
 
 Generated from lightning-fabric 2.6.6 by
 ``python tests/compat/lightning_absent.py --write``; do not edit by hand. ``{path: {name: description}}``;
-the descriptions are explained in that script, and :mod:`fabric_core._kernel.absent` builds the modules.
+the descriptions are explained in that script, and :mod:`.absent_plugins` builds the modules.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 import without the hardware or the package, report it absent (``CUDAAccelerator.is_available()`` is false,
 ``_DEEPSPEED_AVAILABLE`` is false) and fail only when used. Here those paths come from plugins; when the plugin is
 not installed (or did not load), :func:`absent_module` builds the path's module from the table in
-:mod:`fabric_core._kernel.absent_names`, with the same behaviour:
+:mod:`fabric_core._lightning.paths.absent_names`, with the same behaviour:
 
 - a flag (``_BITSANDBYTES_AVAILABLE``) is false, and its text says which plugin to install;
 - a probe answers as on a machine without the hardware (``num_cuda_devices()`` is 0), see :data:`ANSWERS`;
@@ -14,7 +14,7 @@ not installed (or did not load), :func:`absent_module` builds the path's module 
   naming the plugin;
 - constants keep Lightning's values.
 
-Nothing is imported at ``import fabric_core``: the kernel's alias finder (:mod:`.lightning_paths`) asks for such
+Nothing is imported at ``import fabric_core``: the alias finder (:mod:`.plugin_modules`) asks for such
 a module only when the path is imported and no plugin declares it.
 """
 
@@ -25,7 +25,7 @@ import typing
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
-from fabric_core._kernel.absent_names import ABSENT_NAMES
+from fabric_core._lightning.paths.absent_names import ABSENT_NAMES
 from fabric_core.errors import MissingPackageError
 
 __all__ = ["ANSWERS", "AbsentFlag", "absent_module"]
