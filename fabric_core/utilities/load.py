@@ -1,6 +1,6 @@
 """Lightning's ``utilities.load`` path: lazy loading and the sharded-checkpoint reader, under Lightning's names.
 
-Each name is an address of the helper that implements it: lazy loading lives in :mod:`fabric_core.io.lazy`,
+Each name is an address of the helper that implements it: lazy loading lives in :mod:`fabric_core.io.lazy_load`,
 sharded checkpoints in :mod:`fabric_core.io.distributed`. Importing this path imports neither.
 """
 
@@ -40,10 +40,10 @@ def _move_state_into(
 
 
 _WHERE: Mapping[str, str] = {
-    "_NotYetLoadedTensor": "fabric_core.io.lazy:NotYetLoadedTensor",
-    "_LazyLoadingUnpickler": "fabric_core.io.lazy:LazyLoadingUnpickler",
-    "_lazy_load": "fabric_core.io.lazy:lazy_load",
-    "_materialize_tensors": "fabric_core.io.lazy:materialize_tensors",
+    "_NotYetLoadedTensor": "fabric_core.io.lazy_load:NotYetLoadedTensor",
+    "_LazyLoadingUnpickler": "fabric_core.io.lazy_load:LazyLoadingUnpickler",
+    "_lazy_load": "fabric_core.io.lazy_load:lazy_load",
+    "_materialize_tensors": "fabric_core.io.lazy_load:materialize_tensors",
     "_load_distributed_checkpoint": "fabric_core.io.distributed:load_distributed_checkpoint",
 }
 
