@@ -195,24 +195,24 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
 
 @hookimpl(trylast=True)
 def fabric_core_validate_selection(context: SelectionContext) -> None:
-    """Refuse a one-device strategy asked to run on several devices or nodes (it would use only the first).
+    """Refuse the one-device strategy named with several devices or nodes (it would use only the first).
 
-    ``devices="auto"`` is fine: the strategy takes the first device found.
+    ``devices="auto"`` is fine: the strategy takes the first device found. An instance is not refused: it brings
+    its own device, and Lightning takes it whatever ``devices`` says (its ``test_connector.py``).
     """
     # A chosen strategy class is imported already: a subclass of SingleDeviceStrategy means its module is loaded.
     single = sys.modules.get("fabric_core.strategies.single_device")
     cls = context.strategy_class
     if single is None or cls is None or not issubclass(cls, single.SingleDeviceStrategy):
         return
+    if context.catalog.find("strategy", context.strategy or "") is None:
+        return  # an instance: its class name is not a catalog name
     several = context.devices != "auto" and context.num_processes > 1
     if not several and context.num_nodes == 1:
         return
-    # The strategy's name, or its class for an instance (whose name the catalog does not know).
-    given = context.catalog.find("strategy", context.strategy or "") is None
-    name = f"{context.strategy}(...)" if given else repr(context.strategy)
     asked = f"devices={context.devices!r}" if several else f"num_nodes={context.num_nodes}"
     raise InvalidConfigError(
-        f"`Fabric(strategy={name}, {asked})`: this strategy runs one process on one device, so it would "
+        f"`Fabric(strategy={context.strategy!r}, {asked})`: this strategy runs one process on one device, so it would "
         "silently use only the first. Pass `devices=1` (and `num_nodes=1`), or a multi-device strategy such "
         "as 'ddp'.",
         argument="devices" if several else "num_nodes",

@@ -221,3 +221,16 @@ def test_seed_everything_refuses_a_seed_that_is_not_an_integer(seed: Any) -> Non
 def test_seed_everything_still_takes_integer_strings_and_numpy_ints() -> None:
     assert seed_everything("7", verbose=False) == 7
     assert seed_everything(torch.tensor(3).item(), verbose=False) == 3
+
+
+def test_a_single_device_strategy_instance_keeps_its_device_whatever_devices_says() -> None:
+    """As Lightning's connector (its test_connector.py::test_custom_accelerator): the instance brings its device;
+    only the name `single_device` with several devices is refused (above), since it would use only the first."""
+    from fabric_core.strategies.single_device import SingleDeviceStrategy
+
+    class OwnStrategy(SingleDeviceStrategy):
+        pass
+
+    strategy = OwnStrategy(device=torch.device("cpu"))
+    fabric = make_fabric(strategy=strategy, devices=2)
+    assert fabric.strategy is strategy and fabric.world_size == 1

@@ -66,11 +66,16 @@ def test_torchrun_workers_become_devices_nodes_and_ddp(clean_env: pytest.MonkeyP
 
 
 def test_the_inference_is_logged(clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Selection (the kernel) records the sentence; building the components tells it, on rank 0."""
+    from fabric_core._fabric.assembly import build
+
     torchrun_env(clean_env, per_node=2, nodes=1)
+    selection = select(manager(), accelerator="cpu")  # type: ignore[arg-type]
+    [notice] = selection.notices
+    assert "torchelastic started 2 processes (2 per node x 1 node(s))" in notice and "Pass `devices=1`" in notice
     with caplog.at_level(logging.INFO, logger="fabric_core"):
-        select(manager(), accelerator="cpu")  # type: ignore[arg-type]
-    assert "torchelastic started 2 processes (2 per node x 1 node(s))" in caplog.text
-    assert "Pass `devices=1`" in caplog.text
+        build(selection)
+    assert notice in caplog.text
 
 
 @pytest.mark.parametrize(
