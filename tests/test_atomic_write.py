@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from fabric_core.io import atomic
+from fabric_core.io import atomic, remover
 from fabric_core.io.atomic import atomic_write, wait_for_removals
 
 
 @pytest.fixture
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> int:
     # Real files, but "large" starts at 1 MiB so that the test writes little.
-    monkeypatch.setattr(atomic, "BACKGROUND_REMOVAL_BYTES", 2**20)
+    monkeypatch.setattr(remover, "BACKGROUND_REMOVAL_BYTES", 2**20)
     return 2**20
 
 
@@ -60,7 +60,7 @@ def test_the_removal_runs_on_another_thread(
 def test_a_small_replaced_file_goes_at_once(tmp_path: Path, small_threshold: int) -> None:
     target = tmp_path / "metrics.csv"
     _write(target, b"x" * (small_threshold - 1))
-    assert atomic._hold_replaced(target) is None
+    assert remover._hold_replaced(target) is None
     _write(target, b"new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
 
@@ -85,7 +85,7 @@ def test_a_failed_replace_keeps_the_old_file_under_its_name_only(
 def test_a_second_name_left_by_a_killed_writer_is_swept_by_the_next_write(tmp_path: Path, small_threshold: int) -> None:
     target = tmp_path / "last.ckpt"
     _write(target, b"o" * small_threshold)
-    held = atomic._hold_replaced(target)
+    held = remover._hold_replaced(target)
     assert held is not None and held.read_bytes() == target.read_bytes()
     # As if the writer died between the link and its removal: the pid field names a dead process.
     dead = held.with_name(held.name.replace(f"-{os.getpid()}-", "-999999999-"))

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from fabric_core.errors import CheckpointError
-from fabric_core.io import atomic
 from fabric_core.io import folder as reading
+from fabric_core.io import replace
 from fabric_core.io.atomic import atomic_write, committed_path, remove_stale_temps, replace_path, temp_path_for
 from fabric_core.io.distributed import load_distributed_checkpoint
+from fabric_core.io.temp_names import OLD_SUFFIX, _host_tag
 from fabric_core.io.torch_io import TorchCheckpointIO
 
-needs_exchange = pytest.mark.skipif(atomic._renameat2 is None, reason="renameat2(RENAME_EXCHANGE) is Linux only")
+needs_exchange = pytest.mark.skipif(replace._renameat2 is None, reason="renameat2(RENAME_EXCHANGE) is Linux only")
 
 
 def _folder(path: Path, content: str) -> Path:
@@ -37,10 +38,10 @@ def _write_temp_folder(target: Path, content: str) -> Path:
 
 @pytest.fixture(params=["exchange", "two-renames"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "exchange" and atomic._renameat2 is None:
+    if request.param == "exchange" and replace._renameat2 is None:
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
     if request.param == "two-renames":
-        monkeypatch.setattr(atomic, "_renameat2", None)  # as on a system or filesystem that cannot swap names
+        monkeypatch.setattr(replace, "_renameat2", None)  # as on a system or filesystem that cannot swap names
     return str(request.param)
 
 
@@ -91,7 +92,7 @@ def test_the_swap_leaves_the_previous_folder_under_the_temp_name_only_until_it_i
     target = _folder(tmp_path / "ckpt", "old")
     new = _write_temp_folder(target, "new")
     seen: list[str] = []
-    monkeypatch.setattr(atomic, "_remove", lambda path: seen.append((Path(path) / "data").read_text()))
+    monkeypatch.setattr(replace, "_remove", lambda path: seen.append((Path(path) / "data").read_text()))
     replace_path(new, target)
     assert seen == ["old"]  # what is removed after the swap is the previous checkpoint, under the temp name
     assert (target / "data").read_text() == "new"
@@ -100,7 +101,7 @@ def test_the_swap_leaves_the_previous_folder_under_the_temp_name_only_until_it_i
 def test_a_reader_finds_the_previous_folder_between_the_two_renames(tmp_path: Path) -> None:
     target = tmp_path / "ckpt"
     assert committed_path(target) == target  # nothing anywhere: the path itself (and FileNotFoundError later)
-    old = _folder(temp_path_for(target, atomic.OLD_SUFFIX), "old")
+    old = _folder(temp_path_for(target, OLD_SUFFIX), "old")
     assert committed_path(target) == old
     _folder(target, "new")
     assert committed_path(target) == target
@@ -113,7 +114,7 @@ def _dead_pid() -> int:
 
 
 def _name_of(target: Path, pid: int, suffix: str, host: str | None = None) -> Path:
-    return target.parent / f".{target.name}.{host or atomic._host_tag()}-{pid}-{'ab' * 6}{suffix}"
+    return target.parent / f".{target.name}.{host or _host_tag()}-{pid}-{'ab' * 6}{suffix}"
 
 
 def test_the_next_save_sweeps_leftovers_of_dead_writers_of_this_path_only(tmp_path: Path) -> None:
@@ -124,7 +125,7 @@ def test_the_next_save_sweeps_leftovers_of_dead_writers_of_this_path_only(tmp_pa
         _folder(_name_of(target, alive, ".tmp"), "a save in progress"),
         _folder(_name_of(target, dead, ".tmp", host="otherhost"), "another host's save"),
         _folder(_name_of(tmp_path / "ckpt.b", dead, ".tmp"), "another path's"),
-        _folder(tmp_path / f".ckpt.{atomic._host_tag()}-{dead}-notrandom.tmp", "not our naming"),
+        _folder(tmp_path / f".ckpt.{_host_tag()}-{dead}-notrandom.tmp", "not our naming"),
     ]
     assert sorted(remove_stale_temps(target)) == sorted(gone)
     assert all(p.exists() for p in kept) and not any(p.exists() for p in gone)
@@ -134,7 +135,7 @@ def test_the_next_save_sweeps_leftovers_of_dead_writers_of_this_path_only(tmp_pa
 def test_a_sweep_puts_back_the_committed_folder_a_killed_writer_left_under_its_old_name(tmp_path: Path) -> None:
     target = tmp_path / "ckpt"
     dead = _dead_pid()
-    older = _folder(_name_of(target, dead, ".old").with_name(f".ckpt.{atomic._host_tag()}-{dead}-{'cd' * 6}.old"), "1")
+    older = _folder(_name_of(target, dead, ".old").with_name(f".ckpt.{_host_tag()}-{dead}-{'cd' * 6}.old"), "1")
     time.sleep(0.01)
     _folder(_name_of(target, dead, ".old"), "2")  # renamed last: the one committed when the writer was killed
     remove_stale_temps(target)
@@ -155,21 +156,21 @@ import torch
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from fabric_core.errors import CheckpointError
 from fabric_core.io import folder as reading
-from fabric_core.io import atomic
+from fabric_core.io import atomic, replace
 from fabric_core.io.torch_io import TorchCheckpointIO
 
 torch.set_num_threads(1)
 target, mode = Path(sys.argv[1]), sys.argv[2]
 if mode == "two-renames":
-    atomic._renameat2 = None
-real_rename, real_remove = os.rename, atomic._remove
+    replace._renameat2 = None
+real_rename, real_remove = os.rename, replace._remove
 def slow_rename(*args, **kwargs):
     real_rename(*args, **kwargs)
     time.sleep(0.02)
 def slow_remove(path):
     time.sleep(0.02)
     real_remove(path)
-os.rename, atomic._remove = slow_rename, slow_remove
+os.rename, replace._remove = slow_rename, slow_remove
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # killed savers are reaped at once: their pids are gone
 
 def save(version):
@@ -243,7 +244,7 @@ def _older_leftover(path: Path, version: int) -> bool:
 @pytest.mark.parametrize("mode", ["exchange", "two-renames"])
 @pytest.mark.soak
 def test_savers_killed_at_random_points_never_lose_the_checkpoint(tmp_path: Path, mode: str) -> None:
-    if mode == "exchange" and atomic._renameat2 is None:
+    if mode == "exchange" and replace._renameat2 is None:
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
     target, kills = tmp_path / "ckpt", 24
     savers = subprocess.Popen(
@@ -302,7 +303,7 @@ def test_loads_racing_folder_replaces_each_read_exactly_one_checkpoint(
     # A real saver process replaces the sharded folder in a loop (versions differ in tensor count and size,
     # every element holds the version, meta.pt names it) while this process loads it whole again and again.
     # Without /proc/self/fd (macOS) the files are read by path and the folder's identity is checked after.
-    if mode == "exchange" and atomic._renameat2 is None:
+    if mode == "exchange" and replace._renameat2 is None:
         pytest.skip("renameat2(RENAME_EXCHANGE) is Linux only")
     if not descriptor_names:
         monkeypatch.setattr(reading, "_FD_FOLDER", tmp_path / "no-such-folder")

@@ -18,7 +18,7 @@ import torch
 from _common import Block, make_model
 
 from fabric_core import Fabric, spec
-from fabric_core.io import atomic
+from fabric_core.io import atomic, replace
 from fabric_core_fsdp import _state
 
 
@@ -62,11 +62,11 @@ def load_while_replaced(fabric: Fabric, model: Any, out: Path, keep_replaced: bo
         # Another process's save, which swaps version 2 in. Kept: its removal of version 1 is held back, so
         # that rank 0 could read its folder whole and only the agreement between the ranks can tell.
         # Deleted: rank 0's opened folder is gone before rank 0 read a file of it.
-        real_remove = atomic._remove
+        real_remove = replace._remove
         if keep_replaced:
-            atomic._remove = lambda path: None
+            replace._remove = lambda path: None
         atomic.replace_path(second, target)
-        atomic._remove = real_remove
+        replace._remove = real_remove
         replaced.touch()
         return real_open(path)
 
