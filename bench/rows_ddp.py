@@ -133,9 +133,9 @@ def _core_switches(fabric: Any, rank: int) -> dict[str, dict[str, Callable[[], A
     ``collective_check``: ``FABRIC_CORE_CHECK_COLLECTIVES`` off against on (set here as the switch's reader
     sets it). Both ranks switch together: they run the rounds in the same order.
     """
-    from fabric_core.strategies import _agreement, _flight
+    from fabric_core._distributed import collective_check, flight_recorder
 
-    real_record = _flight.record
+    real_record = flight_recorder.record
     tensor = torch.ones(1)
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -156,11 +156,11 @@ def _core_switches(fabric: Any, rank: int) -> dict[str, dict[str, Callable[[], A
 
     def switched(call: Callable[[], None], record: Callable[..., Any], check: bool) -> Callable[[], None]:
         def run() -> None:
-            _flight.record, _agreement.checking = record, check
+            flight_recorder.record, collective_check.checking = record, check
             try:
                 call()
             finally:
-                _flight.record, _agreement.checking = real_record, False
+                flight_recorder.record, collective_check.checking = real_record, False
 
         return run
 

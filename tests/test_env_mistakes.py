@@ -72,10 +72,10 @@ def test_the_same_job_with_a_sound_environment_runs() -> None:
 @pytest.mark.parametrize(
     ("variable", "read"),
     [
-        ("FABRIC_CORE_RENDEZVOUS_TIMEOUT", "fabric_core.strategies._rendezvous:rendezvous_timeout"),
-        ("FABRIC_CORE_EXIT_TIMEOUT", "fabric_core.strategies._exit:exit_timeout"),
-        ("FABRIC_CORE_HANG_WARN_SECONDS", "fabric_core.strategies._watchdog:hang_warn_seconds"),
-        ("FABRIC_CORE_HANG_ABORT_SECONDS", "fabric_core.strategies._watchdog:hang_abort_seconds"),
+        ("FABRIC_CORE_RENDEZVOUS_TIMEOUT", "fabric_core._distributed.rendezvous:rendezvous_timeout"),
+        ("FABRIC_CORE_EXIT_TIMEOUT", "fabric_core._distributed.exit_handshake:exit_timeout"),
+        ("FABRIC_CORE_HANG_WARN_SECONDS", "fabric_core._distributed.watchdog:hang_warn_seconds"),
+        ("FABRIC_CORE_HANG_ABORT_SECONDS", "fabric_core._distributed.watchdog:hang_abort_seconds"),
     ],
 )
 @pytest.mark.parametrize("raw", ["soon", "-1", "inf", "nan"])
@@ -95,12 +95,12 @@ def test_a_malformed_delay_is_an_error_naming_its_variable(
 
 @pytest.mark.parametrize("raw", ["on?", "2", "enabled"])
 def test_a_malformed_collective_check_switch_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    from fabric_core._distributed import collective_check
     from fabric_core.errors import InvalidConfigError
-    from fabric_core.strategies import _agreement
 
     monkeypatch.setenv("FABRIC_CORE_CHECK_COLLECTIVES", raw)
     expected = re.escape(f"FABRIC_CORE_CHECK_COLLECTIVES='{raw}' is not a boolean")
     with pytest.raises(InvalidConfigError, match=expected) as caught:
-        _agreement.configure()
+        collective_check.configure()
     assert caught.value.argument == "FABRIC_CORE_CHECK_COLLECTIVES"
-    assert not _agreement.checking
+    assert not collective_check.checking

@@ -9,37 +9,39 @@ from __future__ import annotations
 import torch
 
 from fabric_core import Fabric
-from fabric_core.strategies import _flight
-from fabric_core.strategies._flight import Record, explain, first_difference
-from fabric_core.strategies._watchdog import table
+from fabric_core._distributed import flight_recorder
+from fabric_core._distributed.flight_recorder import Record, explain, first_difference
+from fabric_core._distributed.watchdog import table
 
 
 def test_each_fabric_collective_is_recorded_with_what_it_got_and_the_users_line() -> None:
     fabric = Fabric(accelerator="cpu", devices=1)
-    start = _flight.next_sequence()
+    start = flight_recorder.next_sequence()
     fabric.all_reduce(torch.ones(2, 3))  # line A
     line_a = test_each_fabric_collective_is_recorded_with_what_it_got_and_the_users_line.__code__.co_firstlineno + 3
     fabric.barrier("eval")
     fabric.broadcast(1, src=0)
     fabric.all_gather({"x": torch.ones(1)})
-    records = [r for r in _flight.recorded() if r.seq >= start]
-    assert [(r.seq - start, r.call, _flight.describe(r.what)) for r in records] == [
+    records = [r for r in flight_recorder.recorded() if r.seq >= start]
+    assert [(r.seq - start, r.call, flight_recorder.describe(r.what)) for r in records] == [
         (0, "all_reduce", "float32[2, 3]"),
         (1, "barrier", "'eval'"),
         (2, "broadcast", "src=0"),
         (3, "all_gather", "dict"),
     ]
     assert records[0].file == __file__ and records[0].line == line_a
-    assert _flight.next_sequence() == start + 4
+    assert flight_recorder.next_sequence() == start + 4
 
 
 def test_the_ring_keeps_the_last_calls_only() -> None:
     fabric = Fabric(accelerator="cpu", devices=1)
-    for _ in range(_flight.SIZE + 5):
+    for _ in range(flight_recorder.SIZE + 5):
         fabric.barrier()
-    kept = _flight.recorded()
-    assert len(kept) == _flight.SIZE
-    assert [r.seq for r in kept] == list(range(_flight.next_sequence() - _flight.SIZE, _flight.next_sequence()))
+    kept = flight_recorder.recorded()
+    assert len(kept) == flight_recorder.SIZE
+    assert [r.seq for r in kept] == list(
+        range(flight_recorder.next_sequence() - flight_recorder.SIZE, flight_recorder.next_sequence())
+    )
 
 
 def rec(seq: int, call: str, line: int, what: str = "") -> Record:

@@ -29,6 +29,7 @@ LAYERS: Final = (
     "utilities",  # fabric_core/utilities/: plain helpers (collections, ranks, seeds, data loaders, processes)
     "io",  # fabric_core/io/: checkpoint files and folders, atomic writes; never a strategy
     "components",  # accelerators/, precision/, environments/, launchers/, loggers/, callbacks/
+    "distributed",  # fabric_core/_distributed/: the process group's runtime (rendezvous, collectives, diagnostics)
     "strategies",  # fabric_core/strategies/: they own and wire the components
     "api",  # Fabric and its wrappers, the CLI, Lightning's import paths (package facades, plugins/), testing/
     "plugins",  # the plugin distributions (plugins/*/fabric_core_*): they import only public fabric_core modules
@@ -73,18 +74,22 @@ FOLDER_LAYERS: Final[Mapping[str, str]] = {
     "wrappers": "api",
     # the private packages (see PACKAGE_IMPORTS for the direction between them)
     "_kernel": "kernel",
+    "_distributed": "distributed",
     "_fabric": "api",
     "_run": "api",
     "_lightning": "api",
 }
-#: What each private package may import of the others: the kernel imports none of them; the Fabric object's
-#: internals and the Lightning layer import only the kernel; the run command may also use the Lightning layer
-#: (``fabric-core run`` serves zero-edit workers). An import between them not listed here is the wrong way.
+#: What each private package may import of the others: the kernel and the distributed runtime import none of
+#: them; the Fabric object's internals import the kernel and the runtime (its collectives record and check each
+#: call); the Lightning layer imports only the kernel; the run command may also use the Lightning layer
+#: (``fabric-core run`` serves zero-edit workers) and the runtime (the network choice, the rendezvous timeout).
+#: An import between them not listed here is the wrong way.
 PACKAGE_IMPORTS: Final[Mapping[str, frozenset[str]]] = {
     "_kernel": frozenset(),
-    "_fabric": frozenset({"_kernel"}),
+    "_distributed": frozenset(),
+    "_fabric": frozenset({"_kernel", "_distributed"}),
     "_lightning": frozenset({"_kernel"}),
-    "_run": frozenset({"_kernel", "_lightning"}),
+    "_run": frozenset({"_kernel", "_lightning", "_distributed"}),
 }
 #: Top-level modules of ``fabric_core/`` in the api layer (what users and the command line call).
 API_MODULES: Final = frozenset(
@@ -314,7 +319,7 @@ def layer_violations(edges: Mapping[str, Mapping[str, Import]] | None = None) ->
 
 
 def private_package(module: str) -> str | None:
-    """The private package (``_kernel``, ``_fabric``, ``_run``, ``_lightning``) a module is in, if any."""
+    """The private package a module is in (a key of :data:`PACKAGE_IMPORTS`), if any."""
     parts = module.split(".")
     return parts[1] if parts[0] == "fabric_core" and len(parts) > 1 and parts[1] in PACKAGE_IMPORTS else None
 
@@ -395,7 +400,7 @@ def test_the_parser_sees_lazy_type_only_relative_and_from_package_imports() -> N
     # A function-level import, an `if TYPE_CHECKING:` import, and `from package import submodule`.
     assert ("fabric_core.strategies.strategy", "fabric_core.io.torch_io", "lazy") in found
     assert ("fabric_core.strategies.strategy", "fabric_core.launchers.launcher", "type") in found
-    assert ("fabric_core.strategies.parallel", "fabric_core.strategies._exit", "module") in found
+    assert ("fabric_core.strategies.parallel", "fabric_core._distributed.exit_handshake", "module") in found
     assert any(i.importer.startswith("fabric_core_") for i in imports())  # plugin packages are parsed
     assert len(modules()) > 150
 

@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 
+from fabric_core._distributed.collectives import REDUCE_OP_NAMES, resolve_reduce_op
 from fabric_core.accelerators.cpu import CPUAccelerator
 from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies._collectives import REDUCE_OP_NAMES, resolve_reduce_op
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.utilities.rank_zero import rank_zero_only
 

@@ -15,10 +15,10 @@ from unittest import mock
 import pytest
 import torch
 
+from fabric_core._distributed import watchdog
 from fabric_core.accelerators.cpu import CPUAccelerator
 from fabric_core.environments.lightning import LightningEnvironment
 from fabric_core.precision.precision import Precision
-from fabric_core.strategies import _watchdog
 from fabric_core.strategies.parallel import ParallelStrategy
 
 NAME = "fabric-core-hang-watchdog"
@@ -50,7 +50,7 @@ def wait_until_gone(seconds: float) -> bool:
 
 @pytest.fixture
 def fast_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_watchdog.HANG_WARN_VARIABLE, "0.2")  # samples every 0.05 s
+    monkeypatch.setenv(watchdog.HANG_WARN_VARIABLE, "0.2")  # samples every 0.05 s
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     assert not watchdogs()
 

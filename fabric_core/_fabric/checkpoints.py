@@ -51,7 +51,7 @@ class Checkpoints(Collectives):
         self._record("save")
         checks.check_save(self._strategy, path, state, filter)
         self._strategy.save_checkpoint(path=path, state=unwrap_for_checkpoint(state), filter=filter)
-        # Named: a rank at another barrier fails at once, naming this save (see strategies._agreement).
+        # Named: a rank at another barrier fails at once, naming this save (see _distributed.collective_check).
         self._launched_strategy().barrier(name="fabric.save")
 
     def load(

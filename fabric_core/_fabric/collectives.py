@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from fabric_core.strategies import _agreement, _flight
+from fabric_core._distributed import collective_check, flight_recorder
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.distributed import _InfiniteBarrier
@@ -47,9 +47,9 @@ class Collectives:
     def _record(self, call: str, what: Any = None) -> None:
         """Keep this call in the flight recorder (for hang reports); with the collective check on, compare it
         with every rank's first."""
-        _flight.record(call, what)
-        if _agreement.checking:
-            _agreement.check_call(_flight.last(), self._strategy)
+        flight_recorder.record(call, what)
+        if collective_check.checking:
+            collective_check.check_call(flight_recorder.last(), self._strategy)
 
     def _launched_strategy(self) -> Strategy:
         """The strategy, once :meth:`_validate_launched` passed: how every collective starts."""
@@ -107,7 +107,7 @@ class Collectives:
             RuntimeError: Several processes are needed and ``launch()`` has not started them.
         """
         strategy = self._launched_strategy()
-        self._record("all_gather", _flight.tensor_summary(data))
+        self._record("all_gather", flight_recorder.tensor_summary(data))
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_gather(data, group=group, sync_grads=sync_grads)
         data = convert_to_tensors(data, device=strategy.root_device)
@@ -130,9 +130,11 @@ class Collectives:
         if not self._launched:  # `_launched_strategy`, inlined: a metric's all_reduce runs every step
             self._validate_launched()
         # `_record`, inlined: the recorder is on the path of every metric's reduction.
-        _flight.record("all_reduce", (data.dtype, data.shape) if isinstance(data, Tensor) else type(data).__name__)
-        if _agreement.checking:
-            _agreement.check_call(_flight.last(), self._strategy)
+        flight_recorder.record(
+            "all_reduce", (data.dtype, data.shape) if isinstance(data, Tensor) else type(data).__name__
+        )
+        if collective_check.checking:
+            collective_check.check_call(flight_recorder.last(), self._strategy)
         strategy = self._strategy
         if isinstance(data, Tensor) and data.device == strategy.root_device:  # nothing to convert or walk
             return strategy.all_reduce(data, group=group, reduce_op=reduce_op)

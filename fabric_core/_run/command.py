@@ -177,7 +177,7 @@ def _run_torchrun(args: argparse.Namespace, manager: PluginManager) -> int:
         )
     restarts, elastic = elastic_options(args.max_restarts, args.monitor_interval)
     nprocs = _num_processes(manager, args)
-    from fabric_core.strategies._rendezvous import rendezvous_timeout
+    from fabric_core._distributed.rendezvous import rendezvous_timeout
 
     meeting = rendezvous_timeout().total_seconds()
     rendezvous = rendezvous_options(
@@ -302,7 +302,7 @@ def _torchrun(
 
 def nodes_did_not_meet(node_rank: int, num_nodes: int, where: str, seconds: float, error: BaseException) -> str:
     """The launcher's line when its node could not meet the others: which node, where, how long, and why."""
-    from fabric_core.strategies._rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
+    from fabric_core._distributed.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 
     cause = " ".join(str(error).split()) or type(error).__name__
     while error.__cause__ is not None:  # torch wraps the store's error; its own words are the cause
@@ -330,19 +330,19 @@ def elastic_network_options(options: list[str], num_nodes: int) -> list[str]:
     Raises:
         InvalidConfigError: No route from this machine to the endpoint.
     """
+    from fabric_core._distributed import network
     from fabric_core._run.checks import rdzv_conf
-    from fabric_core.strategies import _network
 
     values = _option_values(options)
     endpoint = values.get("rdzv-endpoint")
     if num_nodes < 2 or endpoint is None or "local-addr" in values:
         return options
     host = endpoint.rpartition(":")[0].strip("[]")
-    addresses = _network.resolved(host)
-    if not addresses or all(_network.is_loopback(a) for a in addresses) or not _network.hostname_is_loopback():
+    addresses = network.resolved(host)
+    if not addresses or all(network.is_loopback(a) for a in addresses) or not network.hostname_is_loopback():
         return options
     try:
-        local = _network.route_source(addresses[0])
+        local = network.route_source(addresses[0])
     except OSError as error:
         raise InvalidConfigError(
             f"`--rdzv-endpoint {endpoint}`: this machine has no route to {addresses[0]} ({error.strerror or error}). "
@@ -350,7 +350,7 @@ def elastic_network_options(options: list[str], num_nodes: int) -> list[str]:
             argument="rdzv_endpoint",
             value=endpoint,
         ) from None
-    hosts = _network.is_local_address(host)
+    hosts = network.is_local_address(host)
     if hosts:
         options = rdzv_conf(options, "is_host", "1")
     print(

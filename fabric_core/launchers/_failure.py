@@ -1,7 +1,7 @@
 """Whether this process is ending with an error: set by whoever sees the error, read at exit (torch-free).
 
 A launcher's worker that raised and an uncaught exception both record it; the process group's exit
-(``strategies._exit``) reads it, so that a failed rank does not wait at a barrier for peers that may never
+(``_distributed.exit_handshake``) reads it, so that a failed rank does not wait at a barrier for peers that may never
 come. It lives here, below both, so that launchers never import the strategies that create them.
 """
 

@@ -16,12 +16,12 @@ import torch.distributed as dist
 from torch import Tensor
 
 from fabric_core._deferred import lightning_reexports
+from fabric_core._distributed import collective_check, collectives, exit_handshake, rendezvous, watchdog
 from fabric_core.environments._env import check_process_variables
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError, UnknownOptionError
 from fabric_core.launchers.launcher import START_METHODS
 from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
-from fabric_core.strategies import _agreement, _collectives, _exit, _rendezvous, _watchdog
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, PARALLEL_WIRING_ORDER, ParallelWiring, Placement, wired
 from fabric_core.utilities import _process_group
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from fabric_core.environments.environment import ClusterEnvironment
 
 #: Whether this torch build has torch.distributed at all (fixed for the process; asked on every collective).
-_DIST_AVAILABLE: Final = _collectives.DIST_AVAILABLE  # read on the all_reduce fast path: a global, not an attribute
-_distributed: Final = _collectives.distributed
+_DIST_AVAILABLE: Final = collectives.DIST_AVAILABLE  # read on the all_reduce fast path: a global, not an attribute
+_distributed: Final = collectives.distributed
 
 __all__ = ["DEFAULT_PG_TIMEOUT", "START_METHODS", "ParallelStrategy", "as_timeout", "check_forwarded_options"]
 
@@ -360,7 +360,7 @@ class ParallelStrategy(Strategy):
         rank, world_size = self.global_rank, self.world_size
         show_info_lines()
         _log.info(f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{world_size}")
-        _rendezvous.init_process_group(
+        rendezvous.init_process_group(
             backend,
             address=address,
             port=port,
@@ -375,12 +375,12 @@ class ParallelStrategy(Strategy):
             f"All distributed processes registered. Starting with {world_size} processes\n{'-' * 100}\n"
         )
         self._device_for_collectives = self.root_device
-        _agreement.configure()
-        _watchdog.start(self.global_rank, world_size)
+        collective_check.configure()
+        watchdog.start(self.global_rank, world_size)
         if not self._exit_hook_registered:
             # A process that exits with its process group alive can abort in gloo's destructors
             # ("terminate called without an active exception"); finished jobs must exit 0.
-            _exit.watch_uncaught_exceptions()
+            exit_handshake.watch_uncaught_exceptions()
             atexit.register(self._close_at_exit)
             self._exit_hook_registered = True
 
@@ -406,14 +406,14 @@ class ParallelStrategy(Strategy):
         """
         # Inline, without helper calls: every microsecond before a small collective is paid again as the
         # other rank's wait (it is on the critical path of both).
-        resolved = _collectives.RESOLVED.get(reduce_op) if type(reduce_op) is str else None
-        op, divide = resolved if resolved is not None else _collectives.resolve_reduce_op(reduce_op)
+        resolved = collectives.RESOLVED.get(reduce_op) if type(reduce_op) is str else None
+        op, divide = resolved if resolved is not None else collectives.resolve_reduce_op(reduce_op)
         if not (_DIST_AVAILABLE and dist.is_initialized()):
             return tensor
         if isinstance(tensor, Tensor):
-            return _collectives.all_reduce(tensor, group, op, divide)
+            return collectives.all_reduce(tensor, group, op, divide)
         data = convert_to_tensors(tensor, self._collective_device())
-        return apply_to_collection(data, Tensor, _collectives.all_reduce, group, op, divide)
+        return apply_to_collection(data, Tensor, collectives.all_reduce, group, op, divide)
 
     def all_gather(self, tensor: Tensor | Any, group: Any = None, sync_grads: bool = False) -> Tensor | Any:
         """Gather tensors from every process, stacked along a new first dimension of size ``world_size``.
@@ -430,8 +430,8 @@ class ParallelStrategy(Strategy):
         if not _distributed():
             return tensor
         device = self._collective_device()
-        data = tensor if _collectives.only_tensors(tensor) else convert_to_tensors(tensor, device)
-        return _collectives.all_gather(data, group, device, sync_grads=sync_grads)
+        data = tensor if collectives.only_tensors(tensor) else convert_to_tensors(tensor, device)
+        return collectives.all_gather(data, group, device, sync_grads=sync_grads)
 
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable object from global rank ``src`` to every process, and return it."""
@@ -455,7 +455,7 @@ class ParallelStrategy(Strategy):
         """
         if not _distributed():
             return
-        _agreement.meet(name, self._collective_device())
+        collective_check.meet(name, self._collective_device())
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Combine one boolean per process: ``all`` of them, else any of them."""
@@ -496,7 +496,7 @@ class ParallelStrategy(Strategy):
     def _close_at_exit(self) -> None:
         if _distributed():
             # After an uncaught exception the other ranks may never arrive: the job ends without meeting them.
-            self._close_process_group(meet_peers=not _exit.failed())
+            self._close_process_group(meet_peers=not exit_handshake.failed())
 
     def _close_process_group(self, meet_peers: bool) -> None:
         """Release the modules, collect, optionally meet the peers, and destroy the process group.
@@ -511,9 +511,9 @@ class ParallelStrategy(Strategy):
         if meet_peers:
             # Bounded by seconds, not by the collective timeout: a peer stuck in a collective would
             # otherwise hold this rank for the whole process-group timeout (30 min by default).
-            _exit.bounded_barrier(_exit.exit_timeout())
+            exit_handshake.bounded_barrier(exit_handshake.exit_timeout())
         dist.destroy_process_group()
-        _watchdog.stop()
+        watchdog.stop()
 
 
 # Lightning Fabric's names that its own module at this path imports from its other modules.

@@ -4,7 +4,7 @@ Lightning Fabric's ``utilities.distributed`` has private helpers that real code 
 torchmetrics-style code) calls directly: ``_sync_ddp_if_available``, ``_gather_all_tensors``, ... Those built
 on the collectives are served from here under Lightning's names (see :mod:`fabric_core.utilities.distributed`,
 which holds the others); each is a thin layer over the one place fabric-core does the same thing
-(:mod:`fabric_core.strategies._collectives`).
+(:mod:`fabric_core._distributed.collectives`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from fabric_core.strategies import _collectives
+from fabric_core._distributed import collectives
 from fabric_core.utilities.distributed import _suggested_max_num_threads
 
 __all__ = [
@@ -30,11 +30,11 @@ __all__ = [
     "sync_if_available",
 ]
 
-distributed_is_initialized = _collectives.distributed
+distributed_is_initialized = collectives.distributed
 #: The threads per process (``fabric-core run`` reads it); the helper lives at Lightning's path.
 suggested_max_num_threads = _suggested_max_num_threads
 
-if _collectives.DIST_AVAILABLE:
+if collectives.DIST_AVAILABLE:
     from torch.distributed import group
 else:
 
@@ -78,9 +78,9 @@ def _simple_gather_all_tensors(result: Tensor, group: Any, world_size: int) -> l
 def sync(result: Tensor, group: Any = None, reduce_op: Any = None) -> Tensor:
     """Reduce ``result`` across the processes in place (``None`` sums; ``"mean"``/``"avg"`` average)."""
     group = dist.group.WORLD if group is None else group
-    op, divide = _collectives.resolve_reduce_op("sum" if reduce_op is None else reduce_op)
+    op, divide = collectives.resolve_reduce_op("sum" if reduce_op is None else reduce_op)
     dist.barrier(group=group)
-    return _collectives.all_reduce(result, group, op, divide)
+    return collectives.all_reduce(result, group, op, divide)
 
 
 def sync_if_available(result: Tensor, group: Any = None, reduce_op: Any = None) -> Tensor:

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from fabric_core._distributed import collectives
 from fabric_core.errors import InvalidConfigError
-from fabric_core.strategies import _collectives
 from fabric_core.utilities import _OPERATIONS
 from fabric_core.utilities._active import get_active_strategy
 from fabric_core.utilities.rank_zero import rank_zero_warn
@@ -29,7 +29,7 @@ from fabric_core.utilities.structures import _map_tensors
 
 __all__ = list(_OPERATIONS)
 
-_distributed: Final = _collectives.distributed  # whether a process group exists (one definition, there)
+_distributed: Final = collectives.distributed  # whether a process group exists (one definition, there)
 # ``all_gather_into_tensor`` was renamed in torch 2.13 (the old name warns); both fill one flat buffer.
 _all_gather_flat: Final[Callable[..., Any]] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCTIONS: Final = {
@@ -205,8 +205,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     def one(t: Tensor) -> Tensor:
         result = t.clone()
         if distributed:
-            if (result.shape, result.dtype, None) not in _collectives.AGREED:
-                _collectives.agree_on_signature(result, None)
+            if (result.shape, result.dtype, None) not in collectives.AGREED:
+                collectives.agree_on_signature(result, None)
             dist.all_reduce(result, op=getattr(dist.ReduceOp, op_name))
         if mean and (world_size > 1 or not (result.is_floating_point() or result.is_complex())):
             result = result / world_size

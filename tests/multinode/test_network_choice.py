@@ -1,6 +1,6 @@
 """Which interface a node's processes use, decided inside real network namespaces (fast: no training).
 
-These run in the default test run (not marked ``multinode``): each asks ``fabric_core.strategies._network`` and
+These run in the default test run (not marked ``multinode``): each asks ``fabric_core._distributed.network`` and
 ``fabric_core._run.command.elastic_network_options`` from a Python process entered into a node, and compares the answer
 with the veth pair the fixture made.
 """
@@ -14,14 +14,14 @@ import pytest
 
 PROBE = """
 import json, sys
-from fabric_core.strategies import _network
+from fabric_core._distributed import network
 from fabric_core._run.command import elastic_network_options
 from fabric_core.errors import InvalidConfigError
 
 main, environ = sys.argv[1], json.loads(sys.argv[2])
-out = {"loopback_name": _network.hostname_is_loopback(), "local_main": _network.is_local_address(main)}
+out = {"loopback_name": network.hostname_is_loopback(), "local_main": network.is_local_address(main)}
 try:
-    choice = _network.choose_interface(main, environ)
+    choice = network.choose_interface(main, environ)
     out["choice"] = None if choice is None else [choice.interface, choice.local_address, list(choice.variables)]
 except InvalidConfigError as error:
     out["error"] = [error.argument, str(error)]

@@ -23,8 +23,8 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 
+from fabric_core._distributed import flight_recorder
 from fabric_core.errors import CollectiveMismatchError
-from fabric_core.strategies import _flight
 
 __all__ = ["CHECK_VARIABLE", "check", "check_call", "checking", "configure", "meet"]
 
@@ -77,7 +77,7 @@ def _grouped(calls: dict[int, str]) -> str:
     groups: dict[str, list[int]] = {}
     for rank, text in calls.items():
         groups.setdefault(text, []).append(rank)
-    return "; ".join(f"{_flight.ranks_text(ranks)}: {text}" for text, ranks in groups.items())
+    return "; ".join(f"{flight_recorder.ranks_text(ranks)}: {text}" for text, ranks in groups.items())
 
 
 def _barrier_text(name: str | None) -> str:
@@ -96,8 +96,8 @@ def meet(name: str | None, device: torch.device) -> None:
     """
     if not _disagree([_code(name)], device):
         return
-    file, line = _flight.caller()
-    calls = _every_ranks(f"{_barrier_text(name)} ({_flight.short(file)}:{line})")
+    file, line = flight_recorder.caller()
+    calls = _every_ranks(f"{_barrier_text(name)} ({flight_recorder.short(file)}:{line})")
     raise CollectiveMismatchError(
         f"The ranks reached different barriers: {_grouped(calls)}. Every rank must reach the same barriers in the "
         "same order; a call that ends in a barrier (`fabric.save`, `fabric.load`) must be made on every rank.",
@@ -105,7 +105,7 @@ def meet(name: str | None, device: torch.device) -> None:
     )
 
 
-def check_call(entry: _flight.Record, strategy: Any) -> None:
+def check_call(entry: flight_recorder.Record, strategy: Any) -> None:
     """:func:`check` on ``strategy``'s collective device, when a process group with several ranks exists."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
@@ -113,13 +113,13 @@ def check_call(entry: _flight.Record, strategy: Any) -> None:
     check(entry, device)
 
 
-def check(entry: _flight.Record, device: torch.device) -> None:
+def check(entry: flight_recorder.Record, device: torch.device) -> None:
     """With the check on, compare ``entry`` (this rank's call about to run) with every rank's.
 
     Raises:
         CollectiveMismatchError: The ranks' calls differ in sequence number, method, or dtype and shape.
     """
-    what = _flight.describe(entry.what) if entry.call not in ("save", "load", "load_raw") else ""
+    what = flight_recorder.describe(entry.what) if entry.call not in ("save", "load", "load_raw") else ""
     if not _disagree([entry.seq, _code(entry.call), _code(what)], device):
         return
     label = f"#{entry.seq} `fabric.{entry.call}`" + (f" {what}" if what else "")

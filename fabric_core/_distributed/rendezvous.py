@@ -9,10 +9,10 @@ from typing import Any, Final
 
 import torch.distributed as dist
 
+from fabric_core._distributed.network import choose_interface
+from fabric_core._distributed.rendezvous_watch import Meeting
 from fabric_core.environments._env import check_address, check_port, read_seconds, resolve_address
 from fabric_core.errors import InvalidConfigError, RendezvousError
-from fabric_core.strategies._meeting import Meeting
-from fabric_core.strategies._network import choose_interface
 
 __all__ = ["RENDEZVOUS_TIMEOUT_VARIABLE", "init_process_group", "rendezvous_timeout"]
 
@@ -106,7 +106,7 @@ def init_process_group(
 
 
 def _choose_interface(address: str) -> None:
-    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME where the host name resolves to loopback (see ``_network``)."""
+    """Set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME where the host name resolves to loopback (see ``network``)."""
     choice = choose_interface(address)
     if choice is None:
         return

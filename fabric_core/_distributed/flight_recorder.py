@@ -4,11 +4,11 @@ Each call of a ``Fabric`` method that every rank must make (``setup``, ``barrier
 ``all_gather``, ``all_reduce``, ``save``, ``load``, ...) appends one record to a small ring buffer: its
 sequence number, the method, what it was given (a tensor's dtype and shape, a barrier's name, a path) and the
 user's file and line. Recording is a frame lookup and a deque append, with nothing formatted until a report
-needs it. When a collective waits too long, :mod:`~fabric_core.strategies._watchdog` gathers every rank's
+needs it. When a collective waits too long, :mod:`~fabric_core._distributed.watchdog` gathers every rank's
 records through the job's store and :func:`explain` finds the first call at which the ranks differ.
 
 The same records serve the opt-in check (``FABRIC_CORE_CHECK_COLLECTIVES=1``, see
-:mod:`~fabric_core.strategies._agreement`), which compares them across ranks before each collective runs.
+:mod:`~fabric_core._distributed.collective_check`), which compares them across ranks before each collective runs.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ One daemon thread per process samples the stacks of the other threads a few time
 Python frame on top of its stack; when the same frame is still there after ``FABRIC_CORE_HANG_WARN_SECONDS``,
 the rank prints the collective, the fabric-core call that issued it and the user's file and line, then asks
 every rank for its position through the job's key-value store. Each rank's thread answers within one
-sampling interval with where its main thread is and its flight records (:mod:`._flight`), and the waiting
+sampling interval with where its main thread is and its flight records (:mod:`.flight_recorder`), and the waiting
 rank prints one table of every rank with the first call at which the ranks differ and, where it is known,
 the cause. A rank that does not answer (dead, or stuck in C code that holds the GIL) is named as such.
 
@@ -35,8 +35,8 @@ from typing import Any, Final
 
 import torch.distributed as dist
 
+from fabric_core._distributed import exit_handshake, flight_recorder
 from fabric_core.environments._env import read_seconds
-from fabric_core.strategies import _exit, _flight
 
 __all__ = [
     "ABORT_EXIT_CODE",
@@ -57,7 +57,7 @@ ABORT_EXIT_CODE: Final = 3
 _DEFAULT_SECONDS: Final = 60.0
 _C10D: Final = "torch.distributed.distributed_c10d"
 #: The code of the exit handler's meeting of the ranks (through the store, so no torch.distributed frame shows).
-_EXIT_MEETING: Final = _exit._store_barrier.__code__
+_EXIT_MEETING: Final = exit_handshake._store_barrier.__code__
 #: Up to this many ranks, every waiting rank prints the table; in larger jobs only the rank that asked first.
 _TABLES_UP_TO: Final = 16
 #: How many of each rank's last calls the report shows.
@@ -202,9 +202,9 @@ class _Watch:
 
     def _state(self) -> str:
         where, in_collective = self._position()
-        records = [record.as_list() for record in _flight.recorded()]
+        records = [record.as_list() for record in flight_recorder.recorded()]
         return json.dumps(
-            {"where": where, "collective": in_collective, "records": records, "count": _flight.next_sequence()}
+            {"where": where, "collective": in_collective, "records": records, "count": flight_recorder.next_sequence()}
         )
 
     # -- the other ranks, through the store -----------------------------------------------------------------
@@ -271,7 +271,7 @@ class _Watch:
         except Exception as error:
             self.store = None
             if not states:
-                return f"{title} the job's store stopped answering ({_exit.first_line(error)})."
+                return f"{title} the job's store stopped answering ({exit_handshake.first_line(error)})."
         return table(title, states, self.world_size)
 
     def _stop(self, waited: float) -> None:
@@ -308,7 +308,7 @@ class _Watch:
 
 def table(title: str, states: dict[int, dict[str, Any]], world_size: int) -> str:
     """The report: one row per rank (its position and last calls), then the cause."""
-    histories = {rank: [_flight.Record(*r) for r in state["records"]] for rank, state in states.items()}
+    histories = {rank: [flight_recorder.Record(*r) for r in state["records"]] for rank, state in states.items()}
     counts = {rank: int(state["count"]) for rank, state in states.items()}
     where = {rank: str(state["where"]) for rank, state in states.items()}
     in_collective = {rank: bool(state["collective"]) for rank, state in states.items()}
@@ -322,7 +322,7 @@ def table(title: str, states: dict[int, dict[str, Any]], world_size: int) -> str
         shown = histories[rank][-_SHOWN:]
         calls = " | ".join(" ".join(filter(None, (f"#{r.seq} {r.call}", str(r.what or ""), r.site()))) for r in shown)
         lines.append(f"      last calls: {calls or 'none'}")
-    lines.append("  cause: " + _flight.explain(histories, counts, where, in_collective, unreachable))
+    lines.append("  cause: " + flight_recorder.explain(histories, counts, where, in_collective, unreachable))
     return "\n".join(lines)
 
 
@@ -365,15 +365,17 @@ def _waiting(collective: FrameType, waited: float) -> str:
     if frame is None:
         return f"waiting {waited:.0f} s in fabric-core's exit handler: the script has returned"
     where = f"`{entry.split('.')[-1]}` ({entry} -> torch.distributed.{name})" if entry else f"`{name}`"
-    return f"waiting {waited:.0f} s in {where}, called from {_flight.short(frame.f_code.co_filename)}:{frame.f_lineno}"
+    site = f"{flight_recorder.short(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return f"waiting {waited:.0f} s in {where}, called from {site}"
 
 
 def _running(top: FrameType) -> str:
     """``not in a collective: running f.py:15 (in `loop`)``, with the user's line when the top is a library."""
-    here = f"{_flight.short(top.f_code.co_filename)}:{top.f_lineno} (in `{top.f_code.co_qualname}`)"
+    here = f"{flight_recorder.short(top.f_code.co_filename)}:{top.f_lineno} (in `{top.f_code.co_qualname}`)"
     user: FrameType | None = top
     while user is not None and user.f_globals.get("__name__", "").split(".")[0].startswith(("fabric_core", "torch")):
         user = user.f_back
     if user is top or user is None:
         return f"not in a collective: running {here}"
-    return f"not in a collective: in {here}, called from {_flight.short(user.f_code.co_filename)}:{user.f_lineno}"
+    site = f"{flight_recorder.short(user.f_code.co_filename)}:{user.f_lineno}"
+    return f"not in a collective: in {here}, called from {site}"
