@@ -13,7 +13,7 @@ from fabric_core._deferred import lightning_reexports
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io._remote import _url_to_fs, get_filesystem
 from fabric_core.io.atomic import atomic_write
-from fabric_core.loggers.logger import Logger, next_version, rank_zero_experiment, warn_not_reattached
+from fabric_core.loggers.logger import Logger, VersionFolders, next_version, rank_zero_experiment, warn_not_reattached
 from fabric_core.utilities.logger import _add_prefix
 from fabric_core.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
@@ -30,7 +30,7 @@ def _scalar(value: Any) -> Any:
     return item() if callable(item) else value
 
 
-class CSVLogger(Logger):
+class CSVLogger(VersionFolders, Logger):
     """Write metrics to ``<root_dir>/<name>/version_<N>/metrics.csv``, one row per ``log_metrics`` call.
 
     The rows go through :attr:`experiment`, the writer that keeps them and appends them to the file every
@@ -86,23 +86,6 @@ class CSVLogger(Logger):
         self._experiment: _ExperimentWriter | None = None
         self._flush_logs_every_n_steps = flush_logs_every_n_steps
         self._keep_rows: int | None = None  # resuming: how many rows of the version's file to keep
-
-    @property
-    def name(self) -> str:
-        """The experiment name."""
-        return self._name
-
-    @property
-    def version(self) -> int | str:
-        """The experiment version: the one given, else the next free ``version_<N>`` (decided once)."""
-        if self._version is None:
-            self._version = self._get_next_version()
-        return self._version
-
-    @property
-    def root_dir(self) -> str:
-        """Folder holding every experiment (``root_dir`` as given)."""
-        return self._root_dir
 
     @property
     def log_dir(self) -> str:

@@ -14,7 +14,7 @@ from fabric_core.io._remote import _is_dir
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["Logger", "next_version", "rank_zero_experiment", "warn_not_reattached"]
+__all__ = ["Logger", "VersionFolders", "next_version", "rank_zero_experiment", "warn_not_reattached"]
 
 
 class Logger(ABC):
@@ -102,6 +102,38 @@ def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return fn(self)
 
     return experiment
+
+
+class VersionFolders:
+    """``name``, ``version`` and ``root_dir`` of a logger that writes each version to a folder of its own.
+
+    Put it before :class:`Logger` in the bases. The logger sets Lightning's attributes ``_root_dir``, ``_name``
+    and ``_version`` (``None`` until decided) and says which version is next free (``_get_next_version``).
+    """
+
+    _root_dir: str
+    _name: str
+    _version: int | str | None
+
+    @property
+    def name(self) -> str:
+        """The experiment name."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The experiment version: the one given, else the next free ``version_<N>`` (decided once)."""
+        if self._version is None:
+            self._version = self._get_next_version()
+        return self._version
+
+    @property
+    def root_dir(self) -> str:
+        """The folder given as ``root_dir``, unexpanded: every experiment is a subfolder of it."""
+        return self._root_dir
+
+    def _get_next_version(self) -> int:
+        raise NotImplementedError
 
 
 class _DummyExperiment:

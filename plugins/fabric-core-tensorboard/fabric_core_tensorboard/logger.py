@@ -13,7 +13,7 @@ from typing import Any, Final
 import torch
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
-from fabric_core.loggers.logger import Logger, next_version, rank_zero_experiment, warn_not_reattached
+from fabric_core.loggers.logger import Logger, VersionFolders, next_version, rank_zero_experiment, warn_not_reattached
 from fabric_core.utilities.cloud_io import get_filesystem
 from fabric_core.utilities.imports import RequirementCache
 from fabric_core.utilities.logger import _add_prefix, flatten_params, metric_as_float, params_as_dict
@@ -55,7 +55,7 @@ def _expand(path: str | os.PathLike[str]) -> str:
     return os.path.expandvars(os.path.expanduser(os.fspath(path)))
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(VersionFolders, Logger):
     """Write metrics, hyperparameters and the model graph as TensorBoard event files.
 
     Files go to ``root_dir/name/version_N[/sub_dir]``. Only global rank 0 writes; on other ranks every
@@ -108,23 +108,6 @@ class TensorBoardLogger(Logger):
         self._kwargs = writer_kwargs  # for the SummaryWriter
         self._experiment: Any = None
         self._next_step = 0  # one past the highest step logged: where a resumed job's events take over
-
-    @property
-    def name(self) -> str:
-        """The experiment name."""
-        return self._name
-
-    @property
-    def version(self) -> int | str:
-        """The version, decided on first access when it was not given."""
-        if self._version is None:
-            self._version = self._get_next_version()
-        return self._version
-
-    @property
-    def root_dir(self) -> str:
-        """The folder given as ``root_dir``, unexpanded: every experiment is a subfolder of it."""
-        return self._root_dir
 
     @property
     def _experiment_dir(self) -> str:
