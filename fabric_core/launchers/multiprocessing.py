@@ -20,7 +20,7 @@ from torch.multiprocessing.spawn import ProcessRaisedException
 from fabric_core.errors import InvalidConfigError
 from fabric_core.launchers._failure import record_failure
 from fabric_core.launchers._threads import set_num_threads_if_needed
-from fabric_core.launchers.launcher import START_METHODS, Launcher
+from fabric_core.launchers.launcher import START_METHODS, FunctionLauncher
 from fabric_core.utilities.apply_func import apply_to_collection, move_data_to_device
 from fabric_core.utilities.types import LaunchedStrategy
 
@@ -30,7 +30,7 @@ __all__ = ["MultiProcessingLauncher"]
 _PROCESS_START_METHODS: Final = tuple(m for m in START_METHODS if m != "popen")
 
 
-class MultiProcessingLauncher(Launcher):
+class MultiProcessingLauncher(FunctionLauncher):
     """Run a function in ``num_processes`` new processes and return local rank 0's result.
 
     With ``"spawn"`` (and ``"forkserver"``) the function, its arguments and the strategy are pickled by
@@ -76,19 +76,6 @@ class MultiProcessingLauncher(Launcher):
     def _strategy(self) -> LaunchedStrategy:
         """Lightning's name for :attr:`strategy`."""
         return self.strategy
-
-    @property
-    def _start_method(self) -> str:
-        """Lightning's name for :attr:`start_method`."""
-        return self.start_method
-
-    @property
-    def is_interactive_compatible(self) -> bool:
-        return self.start_method == "fork"
-
-    @property
-    def requires_function(self) -> bool:
-        return True
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``function(*args, **kwargs)`` in every worker; return local rank 0's result, on the CPU.

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from fabric_core.launchers.launcher import Launcher
+from fabric_core.launchers.launcher import FunctionLauncher
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.types import LaunchedStrategy
 from fabric_core_xla import accelerator, device
@@ -19,7 +19,7 @@ __all__ = ["XLALauncher", "rank_teardown"]
 _XLA_AVAILABLE = accelerator.XLA_AVAILABLE
 
 
-class XLALauncher(Launcher):
+class XLALauncher(FunctionLauncher):
     """Run a function in one process per XLA device and return local rank 0's result.
 
     torch_xla decides how many processes to start (one per TPU chip, or one holding every device for
@@ -37,19 +37,6 @@ class XLALauncher(Launcher):
         device.require_torch_xla(type(self).__name__, _XLA_AVAILABLE)
         self.strategy = strategy
         self.start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-
-    @property
-    def _start_method(self) -> str:
-        """Lightning's name of :attr:`start_method`."""
-        return self.start_method
-
-    @property
-    def is_interactive_compatible(self) -> bool:
-        return self.start_method == "fork"
-
-    @property
-    def requires_function(self) -> bool:
-        return True
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``function(*args, **kwargs)`` on every XLA device; return local rank 0's result, on the CPU.
