@@ -1,4 +1,5 @@
-"""``fabric.save_raw`` and safetensors ``fabric.load_raw`` under ZeRO stage 3, whose parameters are partitioned.
+"""A module's whole weights in and out under ZeRO stage 3, whose parameters are partitioned: ``fabric.save_raw``,
+safetensors ``fabric.load_raw`` and a consolidated state dict (``load_module_state_dict``).
 
 Stage-3 parameters hold a flat partition that no weight name maps onto a byte range of, so both gather the
 module's parameters (``GatheredParameters``) for the time of the call: a save gathers on every rank and rank 0
@@ -28,10 +29,19 @@ class ZeroWeights:
         @property
         def is_global_zero(self) -> bool: ...
 
+        _engines: list[Any]
+
         def gathered_parameters(self, params: Any, modifier_rank: int | None = None) -> Any: ...
 
     def _inner(self, module: Module) -> Module:
         return getattr(module, "module", module)  # a DeepSpeed engine holds the user's module
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""
+        engine = next((e for e in self._engines if module is e or module is e.module), None)
+        target = engine.module if engine is not None else module
+        with self.gathered_parameters(list(target.parameters()), modifier_rank=0):
+            target.load_state_dict(state_dict, strict=strict)
 
     def weights_to_save(self, module: Module, whole: bool = False) -> list[Piece]:
         if not self.zero_stage_3:

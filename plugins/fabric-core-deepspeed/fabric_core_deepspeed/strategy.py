@@ -583,13 +583,6 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
         folder = _checkpoint.check_folder(path, _is_deepspeed_checkpoint)
         return _checkpoint.load_folder(self, self._engines, folder, state, strict, weights_only)
 
-    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> None:
-        """Load a whole (consolidated) state dict; under stage 3 the parameters are gathered to take it."""
-        engine = next((e for e in self._engines if module is e or module is e.module), None)
-        target = engine.module if engine is not None else module
-        with self.gathered_parameters(list(target.parameters()), modifier_rank=0):
-            target.load_state_dict(state_dict, strict=strict)
-
     # -- teardown ----------------------------------------------------------------------------------------
     def release_modules(self) -> None:
         """Drop the engines, which hold DeepSpeed's communication buffers and process groups."""
