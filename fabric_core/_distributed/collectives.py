@@ -32,6 +32,7 @@ __all__ = [
     "agree_on_signature",
     "all_gather",
     "all_reduce",
+    "default_backend_for_device",
     "distributed",
     "only_tensors",
     "resolve_reduce_op",
@@ -44,6 +45,11 @@ DIST_AVAILABLE: Final = dist.is_available()
 def distributed() -> bool:
     """Whether a default process group exists (collectives then talk to the other processes)."""
     return DIST_AVAILABLE and dist.is_initialized()
+
+
+def default_backend_for_device(device: torch.device) -> str:
+    """The process-group backend torch uses for ``device``'s type (``nccl`` for cuda), else ``gloo``."""
+    return dist.Backend.default_device_backend_map.get(device.type, "gloo") if DIST_AVAILABLE else "gloo"
 
 
 # A torch built without distributed support has no ReduceOp: the names stand for themselves there (nothing is

@@ -24,7 +24,6 @@ from fabric_core.launchers.multiprocessing import MultiProcessingLauncher
 from fabric_core.launchers.subprocess_script import SubprocessScriptLauncher
 from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEFAULT_PG_TIMEOUT, PARALLEL_WIRING_ORDER, ParallelWiring, Placement, wired
-from fabric_core.utilities import _process_group
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_info, show_info_lines
 
@@ -252,7 +251,7 @@ class ParallelStrategy(Strategy):
             device = self.root_device
         except RuntimeError:  # no devices either
             return "gloo"
-        return _process_group.default_backend_for_device(device) if isinstance(device, torch.device) else "gloo"
+        return collectives.default_backend_for_device(device) if isinstance(device, torch.device) else "gloo"
 
     # -- topology ----------------------------------------------------------------------------------------
     @property

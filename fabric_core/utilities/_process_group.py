@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 distributed_is_initialized = collectives.distributed
+default_backend_for_device = collectives.default_backend_for_device
 #: The threads per process (``fabric-core run`` reads it); the helper lives at Lightning's path.
 suggested_max_num_threads = _suggested_max_num_threads
 
@@ -97,11 +98,6 @@ def all_gather_if_available(tensor: Tensor, group: Any = None, sync_grads: bool 
     tensor = tensor.contiguous()
     with torch.enable_grad() if sync_grads else torch.no_grad():
         return torch.stack(all_gather(tensor, group if group is not None else dist.group.WORLD))  # type: ignore[no-untyped-call]
-
-
-def default_backend_for_device(device: torch.device) -> str:
-    """The process-group backend torch uses for ``device``'s type (``nccl`` for cuda), else ``gloo``."""
-    return dist.Backend.default_device_backend_map.get(device.type, "gloo")
 
 
 def is_dtensor(tensor: Any) -> bool:
