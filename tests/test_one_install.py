@@ -136,7 +136,12 @@ def test_this_venv_has_fabric_core_and_lightning_and_no_plugin() -> None:
     assert {"fabric-core", "lightning", "torch"} <= names
     plugins = sorted(n for n in names if n.startswith("fabric-core-"))
     assert plugins == [], f"this check needs a venv without plugins; found {plugins}"
-    assert [ep.name for ep in importlib.metadata.entry_points(group="fabric_core.plugins")] == []
+    # The one entry point is the core's own plugin (the built-in components), which fabric-core itself declares.
+    declared = [
+        (ep.name, ep.dist.name if ep.dist else None)
+        for ep in importlib.metadata.entry_points(group="fabric_core.plugins")
+    ]
+    assert [(name, (dist or "").lower().replace("_", "-")) for name, dist in declared] == [("builtin", "fabric-core")]
 
 
 def test_a_fabric_program_runs_and_absent_plugins_behave_as_absent_hardware(tmp_path: Path) -> None:
