@@ -2,7 +2,7 @@
 
 ``Module.__call__`` costs two Python frames and eight hook checks per step. Where nothing would run but
 ``forward``, :func:`fabric_module_call` calls ``forward`` itself. Its invariants, checked by
-``tests/test_fast_path.py`` (invariant 4 by ``test_wrappers.py::test_tracing_a_model_that_calls_the_wrapper``):
+``tests/wrappers/test_fast_path.py`` (invariant 4 by ``test_wrappers.py::test_tracing_a_model_that_calls_the_wrapper``):
 
 1. torch keeps its process-wide module hooks in the dicts ``torch.nn.modules.module._global_*hooks``
    (:data:`DIRECT_CALLS`); where it does not, every call takes ``Module.__call__``.

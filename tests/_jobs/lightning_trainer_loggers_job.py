@@ -5,7 +5,7 @@ Trainer's defaults (TensorBoard logger since tensorboard is installed, a ModelCh
 ``CSVLogger`` and with an explicit ``TensorBoardLogger(log_graph=True)``, both also given hyperparameters by
 hand. Writes ``OUT_DIR/report.json``: what the Trainer reported (``logger.log_dir``, the version, the best
 checkpoint) and which Lightning Fabric modules served the loggers' base classes. The files themselves are read
-by ``tests/test_lightning_trainer_loggers.py``.
+by ``tests/lightning/test_lightning_trainer_loggers.py``.
 """
 
 from __future__ import annotations

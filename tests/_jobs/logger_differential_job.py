@@ -3,7 +3,7 @@
 Each case is a ``tests/compat`` ``Case`` run against one package (``lightning_fabric`` or ``fabric_core``) in
 this process, alone (so that no other package is imported here); ``OUT_DIR/result.json`` holds
 ``{case id: {"value": ...} | {"error": [builtin classes of its MRO], "type": ..., "message": ...}}``.
-``tests/test_logger_differential.py`` runs it once per package and compares the two files.
+``tests/loggers/test_logger_differential.py`` runs it once per package and compares the two files.
 """
 
 from __future__ import annotations

@@ -76,6 +76,6 @@ POSITIONS: dict[str, tuple[str, str]] = {
 BEHAVIOUR: dict[str, tuple[str, str]] = {
     "2-ranks:custom_batch_sampler": (DELIBERATE, "a plain BatchSampler keeps its batch size on each rank; Lightning's launch(fn) path draws batches of one (its script path crashes in collate)"),
     "resolve-fsdp-cpu": (DELIBERATE, "FSDP on CPU (gloo) is a Lightning limitation we lift; Lightning refuses it with a ValueError"),
-    "torchrun-auto-resolution": (DELIBERATE, "under torchrun, Fabric() with devices/strategy 'auto' joins the N-process job (Lightning trains N copies); tests/test_cluster_inference.py runs it for real"),
+    "torchrun-auto-resolution": (DELIBERATE, "under torchrun, Fabric() with devices/strategy 'auto' joins the N-process job (Lightning trains N copies); tests/environments/test_cluster_inference.py runs it for real"),
 }
 # fmt: on

@@ -2,7 +2,7 @@
 
 ``Path("s3://bucket/ckpt")`` is the local folder ``s3:``; a folder URL is refused on save and on load, naming it,
 before anything is written, and a consolidated file at a URL loads as any file does. ``memory://`` stands in for
-a bucket (the same fsspec calls; the S3 server's tests are ``tests/test_object_storage.py``).
+a bucket (the same fsspec calls; the S3 server's tests are ``tests/io/test_object_storage.py``).
 """
 
 from __future__ import annotations
