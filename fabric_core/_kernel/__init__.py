@@ -1,6 +1,7 @@
 """The microkernel: plugin discovery and isolation, the catalog of names and selection.
 
-It knows no hardware and no distributed algorithm, and imports no torch when imported. Plugins reach it through
+It is the ground floor: it imports only the torch-free leaves and its own contract, knows no hardware and no
+distributed algorithm, and imports no torch when imported. Plugins reach it through
 the public contract (:mod:`fabric_core.plugin_api`, :mod:`fabric_core.hookspecs`); the rest of fabric-core
 through :class:`~fabric_core._kernel.manager.PluginManager`'s typed methods. Its modules:
 
@@ -10,8 +11,8 @@ through :class:`~fabric_core._kernel.manager.PluginManager`'s typed methods. Its
 - ``context``: ``SelectionContext`` and ``Decision``, the records of each choice;
 - ``arguments``: how ``Fabric(...)`` arguments and their environment variables are read;
 - ``selection``: deciding what the arguments mean (builds nothing);
-- ``builtin``: the core's own plugin, written against the contract;
 - ``catalog_view``: ``ACCELERATOR_REGISTRY`` / ``STRATEGY_REGISTRY``, Lightning-shaped views of the catalog.
 
-Lightning's module paths are served by :mod:`fabric_core._lightning.paths`.
+The core's own components register from :mod:`fabric_core._builtin`, a plugin found through its entry point like
+any other. Lightning's module paths are served by :mod:`fabric_core._lightning.paths`.
 """
