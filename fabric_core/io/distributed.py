@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -343,9 +342,9 @@ def _output_kind(output: PathLike) -> str:
 
 
 def _is_weight_file(name: str) -> bool:
-    from fabric_core.io.weights.layout import INDEX, SINGLE
+    from fabric_core.io.weights.layout import INDEX, is_weight_file
 
-    return name in (SINGLE, INDEX) or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", name) is not None
+    return name == INDEX or is_weight_file(name)
 
 
 def _check_weights_folder(target: Location, call: str) -> None:
@@ -381,9 +380,6 @@ class _OneProcess:
     @property
     def is_global_zero(self) -> bool:
         return True
-
-    def barrier(self, name: str | None = None) -> None:
-        """Nothing to wait for."""
 
     def broadcast(self, obj: _T, src: int = 0) -> _T:
         return obj
@@ -495,12 +491,14 @@ class _Batches:
     def __init__(
         self, reader: SafeFileSystemReader, shown: PathLike, key: str, tensors: list[tuple[str, TensorStorageMetadata]]
     ) -> None:
+        from fabric_core.io.weights.header import nbytes
+
         self.reader, self.shown, self.key, self.tensors = reader, shown, key, tensors
         self.batch_of: list[int] = []
         self.batches: list[list[int]] = []
         used = 0
         for index, (_, item) in enumerate(tensors):
-            size = item.properties.dtype.itemsize * _numel(item.size)
+            size = nbytes(item.properties.dtype, item.size)
             if not self.batches or (used + size > _BATCH_BYTES and self.batches[-1]):
                 self.batches.append([])
                 used = 0
@@ -544,10 +542,3 @@ class _Batches:
                 {self.key: empty}, storage_reader=self.reader, planner=safe_load_planner(self.reader), no_dist=True
             )
         return {i: empty[self.tensors[i][0]] for i in indices}
-
-
-def _numel(shape: Any) -> int:
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count

@@ -299,11 +299,11 @@ def test_a_rank_that_cannot_see_the_files_rank_0_created_says_the_folder_must_be
     """What a rank on another node sees when the folder is on a disk of rank 0's node only."""
     from fabric_core.io.weights.layout import plan_shards
     from fabric_core.io.weights.pieces import save_sources
-    from fabric_core.io.weights.save import _write_blocks
+    from fabric_core.io.weights.save import _Layout, _write_blocks
 
     pieces = save_sources(Net().state_dict(), is_global_zero=True)
     shards = plan_shards([(p.name, p.dtype, p.shape) for p in pieces], None)
     temps = {shards[0].file: tmp_path / "on-another-node" / ".model.safetensors.tmp"}
     with pytest.raises(CheckpointError, match="filesystem that every node mounts") as info:
-        _write_blocks(pieces, shards, temps)
+        _write_blocks(pieces, _Layout(shards), temps)
     assert info.value.reason == "not_shared"

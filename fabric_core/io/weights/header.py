@@ -22,7 +22,7 @@ import torch
 
 from fabric_core.errors import CheckpointError
 
-__all__ = ["DTYPES", "Entry", "Header", "build_header", "byte_runs", "raw_bytes", "read_header"]
+__all__ = ["DTYPES", "Entry", "Header", "build_header", "byte_runs", "nbytes", "raw_bytes", "read_header"]
 
 #: safetensors' dtype names and torch's dtypes.
 DTYPES: Final[dict[str, torch.dtype]] = {
@@ -60,7 +60,7 @@ class Entry:
 
     @property
     def itemsize(self) -> int:
-        return _itemsize(self.dtype)
+        return self.dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ class Header:
     key: str = ""  # the name its folder knows it by (a reader's handle for the open file)
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+def nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    """The bytes of a tensor of ``dtype`` and ``shape``."""
+    return math.prod(shape) * dtype.itemsize
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -99,7 +100,7 @@ def build_header(tensors: Sequence[tuple[str, torch.dtype, tuple[int, ...]]], me
     header: dict[str, Any] = {"__metadata__": dict(metadata)}
     offset = 0
     for name, dtype, shape in tensors:
-        size = math.prod(shape) * _itemsize(dtype)
+        size = nbytes(dtype, shape)
         header[name] = {"dtype": dtype_name(dtype), "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -111,13 +112,14 @@ def _corrupt(file: str, detail: str) -> CheckpointError:
     return CheckpointError(f"{file!r} is not a valid safetensors file: {detail}", path=file, reason="corrupt")
 
 
-def read_header(file: IO[bytes], size: int, name: str) -> Header:
+def read_header(file: IO[bytes], size: int, name: str, key: str = "") -> Header:
     """Read and check the header of the open safetensors file ``file`` of ``size`` bytes.
 
     Args:
         file: Opened for binary reading, at any position.
         size: The file's size in bytes.
         name: The file's path or URL, for messages.
+        key: The name its folder knows it by (:attr:`Header.key`).
 
     Raises:
         CheckpointError: ``reason="corrupt"``: the file is truncated, its header is not JSON, names an unknown
@@ -153,7 +155,7 @@ def read_header(file: IO[bytes], size: int, name: str) -> Header:
         if data_start + end > size:
             raise _corrupt(name, f"its tensors need {data_start + end} bytes but the file has {size}: it is truncated.")
         raise _corrupt(name, f"it has {size - data_start - end} bytes after its last tensor's data.")
-    return Header(name, {entry.name: entry for entry in entries}, metadata)
+    return Header(name, {entry.name: entry for entry in entries}, metadata, key)
 
 
 def _entry(file: str, data_start: int, key: str, value: Any) -> Entry:
@@ -172,14 +174,14 @@ def _entry(file: str, data_start: int, key: str, value: Any) -> Entry:
         or not 0 <= offsets[0] <= offsets[1]
     ):
         raise _corrupt(file, f"tensor {key!r} has data_offsets {offsets!r}, not [begin, end].")
-    nbytes = math.prod(shape) * _itemsize(dtype)
-    if offsets[1] - offsets[0] != nbytes:
+    size = nbytes(dtype, shape)
+    if offsets[1] - offsets[0] != size:
         raise _corrupt(
             file,
-            f"tensor {key!r} of shape {shape} and dtype {value['dtype']} needs {nbytes} bytes, but its offsets "
+            f"tensor {key!r} of shape {shape} and dtype {value['dtype']} needs {size} bytes, but its offsets "
             f"{offsets} span {offsets[1] - offsets[0]}.",
         )
-    return Entry(key, dtype, tuple(shape), data_start + offsets[0], nbytes)
+    return Entry(key, dtype, tuple(shape), data_start + offsets[0], size)
 
 
 def byte_runs(

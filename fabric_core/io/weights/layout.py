@@ -8,7 +8,6 @@ A Hugging Face folder holds ``model.safetensors`` alone, or ``model-00001-of-000
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -18,11 +17,13 @@ from typing import IO, Final
 import torch
 
 from fabric_core.errors import CheckpointError, InvalidConfigError
+from fabric_core.io.weights.header import nbytes
 
 __all__ = [
     "INDEX",
     "SINGLE",
     "Shard",
+    "is_weight_file",
     "parse_shard_size",
     "plan_shards",
     "read_index",
@@ -34,6 +35,7 @@ INDEX: Final = "model.safetensors.index.json"
 #: ``save_pretrained``'s default.
 DEFAULT_SHARD_SIZE: Final = "5GB"
 TORCH_SUFFIXES: Final = (".pt", ".pth", ".ckpt", ".bin")
+_SHARD_NAME: Final = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 _UNITS: Final = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _IUNITS: Final = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -101,7 +103,7 @@ def plan_shards(tensors: Sequence[tuple[str, torch.dtype, tuple[int, ...]]], max
     groups: list[list[tuple[str, torch.dtype, tuple[int, ...]]]] = [[]]
     used = 0
     for tensor in tensors:
-        size = math.prod(tensor[2]) * torch.empty((), dtype=tensor[1]).element_size()
+        size = nbytes(tensor[1], tensor[2])
         if max_bytes is not None and groups[-1] and used + size > max_bytes:
             groups.append([])
             used = 0
@@ -113,13 +115,14 @@ def plan_shards(tensors: Sequence[tuple[str, torch.dtype, tuple[int, ...]]], max
     return [Shard(f"model-{i:05d}-of-{count:05d}.safetensors", tuple(group)) for i, group in enumerate(groups, 1)]
 
 
+def is_weight_file(name: str) -> bool:
+    """Whether ``name`` is one of the weight files of a Hugging Face folder (``model.safetensors`` or a shard)."""
+    return name == SINGLE or _SHARD_NAME.fullmatch(name) is not None
+
+
 def index_bytes(shards: Sequence[Shard]) -> bytes:
     """``model.safetensors.index.json`` for ``shards``."""
-    total = sum(
-        math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        for shard in shards
-        for _, dtype, shape in shard.tensors
-    )
+    total = sum(nbytes(dtype, shape) for shard in shards for _, dtype, shape in shard.tensors)
     weight_map = {name: shard.file for shard in shards for name, _, _ in shard.tensors}
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     return (json.dumps(index, indent=2) + "\n").encode()

@@ -179,8 +179,7 @@ def _read_all(files: _Files, text: str) -> dict[str, tuple[Header, Entry]]:
 
 
 def _header(files: _Files, name: str, shown: str) -> Header:
-    header = read_header(files.open(name), files.size(name), shown)
-    return Header(header.file, header.entries, header.metadata, key=name)
+    return read_header(files.open(name), files.size(name), shown, key=name)
 
 
 def load_weights(path: str, targets: Sequence[Piece], strict: bool) -> LoadResult:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -28,8 +27,8 @@ import torch
 from fabric_core.errors import CheckpointError, PathIsADirectoryError
 from fabric_core.io._remote import _url_to_fs, is_remote_url
 from fabric_core.io.atomic import _fsync_directory, atomic_write, remove_stale_temps, temp_path_for
-from fabric_core.io.weights.header import build_header, byte_runs, dtype_name, raw_bytes
-from fabric_core.io.weights.layout import INDEX, SINGLE, Shard, index_bytes, plan_shards
+from fabric_core.io.weights.header import build_header, byte_runs, dtype_name, nbytes, raw_bytes
+from fabric_core.io.weights.layout import INDEX, Shard, index_bytes, is_weight_file, plan_shards
 from fabric_core.io.weights.pieces import Piece
 
 __all__ = ["save_weights"]
@@ -42,15 +41,14 @@ class _Ranks(Protocol):
     @property
     def is_global_zero(self) -> bool: ...
 
-    def barrier(self, name: str | None = None) -> None: ...
-
     def broadcast(self, obj: _T, src: int = 0) -> _T: ...
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool: ...
 
 
 def save_weights(ranks: _Ranks, path: str, pieces: Sequence[Piece], kind: str, max_shard_size: int | None) -> None:
-    """Write ``pieces`` to ``path`` as ``kind`` (``"safetensors"`` or ``"folder"``); call on every rank.
+    """Write ``pieces`` to ``path`` as ``kind`` (``"safetensors"`` or ``"folder"``); call on every rank, then a
+    barrier (rank 0 puts the files in place last: ``fabric.save_raw`` ends in one).
 
     Args:
         ranks: The strategy.
@@ -62,8 +60,9 @@ def save_weights(ranks: _Ranks, path: str, pieces: Sequence[Piece], kind: str, m
     for piece in pieces:
         dtype_name(piece.dtype)  # refused before anything is written, on every rank alike
     shards = plan_shards([(p.name, p.dtype, p.shape) for p in pieces], max_shard_size if kind == "folder" else None)
+    layout = _Layout(shards)
     if is_remote_url(path):
-        _save_remote(ranks, path, pieces, shards, kind)
+        _save_remote(ranks, path, pieces, layout, kind)
         return
     target = Path(path)
     files = {shard.file: target / shard.file for shard in shards} if kind == "folder" else {shards[0].file: target}
@@ -73,7 +72,7 @@ def save_weights(ranks: _Ranks, path: str, pieces: Sequence[Piece], kind: str, m
     if ranks.is_global_zero:
         try:
             _check_target(target, kind)
-            _create(shards, files, temps)
+            _create(layout, files, temps)
         except (OSError, CheckpointError) as err:
             problem = err
     temps, failed = ranks.broadcast((temps, None if problem is None else str(problem)), src=0)
@@ -82,7 +81,7 @@ def save_weights(ranks: _Ranks, path: str, pieces: Sequence[Piece], kind: str, m
     if failed is not None:
         raise CheckpointError(f"`fabric.save_raw({path!r})`: rank 0 could not create the files: {failed}", path=path)
     try:
-        _write_blocks(pieces, shards, temps)
+        _write_blocks(pieces, layout, temps)
         failure = None
     except BaseException as err:
         failure = err
@@ -103,7 +102,6 @@ def save_weights(ranks: _Ranks, path: str, pieces: Sequence[Piece], kind: str, m
             for temp in temps.values():
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
-        ranks.barrier("fabric.save_raw-done")
 
 
 def _check_target(target: Path, kind: str) -> None:
@@ -121,37 +119,32 @@ def _check_target(target: Path, kind: str) -> None:
         )
 
 
-def _create(shards: Sequence[Shard], files: dict[str, Path], temps: dict[str, Path]) -> None:
+class _Layout:
+    """The files of a save, worked out once from names, shapes and dtypes: the same on every rank."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        self.shards = shards
+        self.headers = {shard.file: build_header(shard.tensors, _METADATA) for shard in shards}
+        self.sizes: dict[str, int] = {}
+        #: Each tensor's file and the absolute offset of its first byte there.
+        self.starts: dict[str, tuple[str, int]] = {}
+        for shard in shards:
+            offset = len(self.headers[shard.file])
+            for name, dtype, shape in shard.tensors:
+                self.starts[name] = (shard.file, offset)
+                offset += nbytes(dtype, shape)
+            self.sizes[shard.file] = offset
+
+
+def _create(layout: _Layout, files: dict[str, Path], temps: dict[str, Path]) -> None:
     """Create each file under its temporary name: its header, then its full size (sparse until written)."""
-    for shard in shards:
+    for shard in layout.shards:
         final, temp = files[shard.file], temps[shard.file]
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(final)
-        header = build_header(shard.tensors, _METADATA)
-        size = len(header) + sum(
-            torch.empty((), dtype=dtype).element_size() * _numel(shape) for _, dtype, shape in shard.tensors
-        )
         with open(temp, "xb") as file:
-            file.write(header)
-            file.truncate(size)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
-def _starts(shards: Sequence[Shard]) -> dict[str, tuple[str, int]]:
-    """Each tensor's file and the absolute offset of its first byte there."""
-    starts = {}
-    for shard in shards:
-        offset = len(build_header(shard.tensors, _METADATA))
-        for name, dtype, shape in shard.tensors:
-            starts[name] = (shard.file, offset)
-            offset += torch.empty((), dtype=dtype).element_size() * _numel(shape)
-    return starts
+            file.write(layout.headers[shard.file])
+            file.truncate(layout.sizes[shard.file])
 
 
 def _as_bytes(tensor: torch.Tensor, dtype: torch.dtype) -> memoryview:
@@ -159,16 +152,15 @@ def _as_bytes(tensor: torch.Tensor, dtype: torch.dtype) -> memoryview:
     return raw_bytes(tensor.detach().to(device="cpu", dtype=dtype).contiguous())
 
 
-def _write_blocks(pieces: Sequence[Piece], shards: Sequence[Shard], temps: dict[str, Path]) -> None:
+def _write_blocks(pieces: Sequence[Piece], layout: _Layout, temps: dict[str, Path]) -> None:
     """Write this rank's blocks into the files (every rank calls each piece's ``fetch``, in order)."""
-    starts = _starts(shards)
     descriptors: dict[str, int] = {}
     try:
         for piece in pieces:
             data = piece.fetch()
             if data is None:
                 continue
-            file, start = starts[piece.name]
+            file, start = layout.starts[piece.name]
             if file not in descriptors:
                 try:
                     descriptors[file] = os.open(temps[file], os.O_WRONLY)
@@ -181,8 +173,7 @@ def _write_blocks(pieces: Sequence[Piece], shards: Sequence[Shard], temps: dict[
                         reason="not_shared",
                     ) from None
             raw = _as_bytes(data, piece.dtype)
-            itemsize = torch.empty((), dtype=piece.dtype).element_size()
-            for at, offset, length in byte_runs(piece.shape, piece.offsets, piece.block, itemsize):
+            for at, offset, length in byte_runs(piece.shape, piece.offsets, piece.block, piece.dtype.itemsize):
                 _pwrite_all(descriptors[file], raw[offset : offset + length], start + at)
         for descriptor in descriptors.values():
             os.fsync(descriptor)
@@ -204,7 +195,7 @@ def _commit_folder(folder: Path, shards: Sequence[Shard], temps: dict[str, Path]
         os.unlink(index)
     new = {shard.file for shard in shards}
     for name in os.listdir(folder):
-        if name not in new and (name == SINGLE or _is_shard_name(name)):
+        if name not in new and is_weight_file(name):
             os.unlink(folder / name)  # the previous save's files, which the new index does not name
     _fsync_directory(folder)
     for shard in shards:
@@ -215,13 +206,10 @@ def _commit_folder(folder: Path, shards: Sequence[Shard], temps: dict[str, Path]
     _fsync_directory(folder)
 
 
-def _is_shard_name(name: str) -> bool:
-    return re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", name) is not None
-
-
 # -- object storage ---------------------------------------------------------------------------------------
-def _save_remote(ranks: _Ranks, url: str, pieces: Sequence[Piece], shards: Sequence[Shard], kind: str) -> None:
+def _save_remote(ranks: _Ranks, url: str, pieces: Sequence[Piece], layout: _Layout, kind: str) -> None:
     """Rank 0 writes each file in a local temporary folder, tensor by tensor, and uploads it; index last."""
+    shards = layout.shards
     fs, key = _url_to_fs(url)
     with _local_scratch(ranks.is_global_zero) as scratch:
         by_name = {piece.name: piece for piece in pieces}
@@ -229,7 +217,7 @@ def _save_remote(ranks: _Ranks, url: str, pieces: Sequence[Piece], shards: Seque
             local = scratch / shard.file if scratch is not None else None
             with open(local, "wb") if local is not None else contextlib.nullcontext() as file:
                 if file is not None:
-                    file.write(build_header(shard.tensors, _METADATA))
+                    file.write(layout.headers[shard.file])
                 for name, dtype, _ in shard.tensors:
                     data = by_name[name].fetch()  # collective where the strategy gathers: every rank calls it
                     if file is not None and data is not None:
@@ -243,14 +231,13 @@ def _save_remote(ranks: _Ranks, url: str, pieces: Sequence[Piece], shards: Seque
                     fs.rm_file(index)
                 for name in fs.ls(key, detail=False) if fs.exists(key) else []:
                     base = name.rstrip("/").rsplit("/", 1)[-1]
-                    if base not in {s.file for s in shards} and (base == SINGLE or _is_shard_name(base)):
+                    if base not in {s.file for s in shards} and is_weight_file(base):
                         fs.rm_file(name)
                 for shard in shards:
                     fs.put_file(os.fspath(scratch / shard.file), f"{key.rstrip('/')}/{shard.file}")
                 if len(shards) > 1:
                     fs.pipe_file(index, index_bytes(shards))
             fs.invalidate_cache()
-    ranks.barrier("fabric.save_raw-done")
 
 
 @contextlib.contextmanager
