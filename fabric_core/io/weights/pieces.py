@@ -100,20 +100,22 @@ def _local_index(value: DTensor) -> list[Tensor] | None:
     return index
 
 
-def _block_of(value: DTensor) -> tuple[tuple[int, ...], tuple[int, ...], Tensor, bool] | None:
-    """``(offsets, block shape, local tensor, whether this rank is the block's first holder)`` of a DTensor whose
-    local tensor is one block of the whole; ``None`` otherwise (other placements, or rows apart)."""
-    from torch.distributed.tensor import Replicate
-
-    index = _local_index(value)
+def _box(index: list[Tensor] | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(offsets, block shape)`` where the rows of :func:`_local_index` make one block of the whole; ``None``
+    otherwise (other placements, or rows apart)."""
     if index is None or not all(_contiguous(rows) for rows in index):
         return None
+    return tuple(int(rows[0]) if len(rows) else 0 for rows in index), tuple(len(rows) for rows in index)
+
+
+def _first_holder(value: DTensor) -> bool:
+    """Whether this rank holds its block first: the replicas of a block write nothing."""
+    from torch.distributed.tensor import Replicate
+
     coordinate = value.device_mesh.get_coordinate()
-    first = coordinate is not None and all(
+    return coordinate is not None and all(
         coordinate[d] == 0 for d, p in enumerate(value.placements) if isinstance(p, Replicate)
     )
-    offsets = tuple(int(rows[0]) if len(rows) else 0 for rows in index)
-    return offsets, tuple(len(rows) for rows in index), value.to_local(), first
 
 
 def _contiguous(rows: Tensor) -> bool:
@@ -145,21 +147,21 @@ def save_sources(state_dict: dict[str, Any], is_global_zero: bool, whole: bool =
     for name, value in state_dict.items():
         if not isinstance(value, Tensor):
             continue
-        shape, origin = tuple(value.shape), (0,) * value.dim()
-        dtensor = _is_dtensor(value)
-        key = _key(value.to_local() if _is_dtensor(value) else value)
+        local = value.to_local() if _is_dtensor(value) else value
+        key = _key(local)
         if key is not None:
             if key in seen:
                 continue
             seen.add(key)
-        found = _block_of(value) if _is_dtensor(value) and not whole else None
-        if found is not None:
-            offsets, block, local, first = found
-            fetch = _constant(local if first else None)
-            pieces.append(Piece(canonical(name), value.dtype, shape, offsets, block, fetch))
-            continue
-        fetch = _gathered(value, is_global_zero) if dtensor else _constant(value if is_global_zero else None)
-        pieces.append(Piece(canonical(name), value.dtype, shape, origin, shape, fetch))
+        shape = tuple(value.shape)
+        box: tuple[tuple[int, ...], tuple[int, ...]] = ((0,) * len(shape), shape)
+        if not _is_dtensor(value):
+            fetch = _constant(value if is_global_zero else None)
+        elif not whole and (own := _box(_local_index(value))) is not None:
+            fetch, box = _constant(local if _first_holder(value) else None), own
+        else:
+            fetch = _gathered(value, is_global_zero)
+        pieces.append(Piece(canonical(name), value.dtype, shape, *box, fetch))
     return pieces
 
 
@@ -185,26 +187,22 @@ def load_targets(module: Module) -> list[Piece]:
     for name, value in module.state_dict(keep_vars=True).items():
         if not isinstance(value, Tensor):
             continue
-        shape = tuple(value.shape)
-        if _is_dtensor(value):
-            found = _block_of(value)
-            if found is None:
-                index = _local_index(value)
-                if index is None:
-                    raise NotImplementedError(
-                        f"Loading safetensors into {name!r} needs its DTensor placements to be shards or replicas "
-                        f"(got {value.placements})."
-                    )
-                # Rows apart: read the whole tensor, keep this rank's rows.
-                local = value.to_local().detach()
-                pieces.append(
-                    Piece(canonical(name), value.dtype, shape, (0,) * len(shape), shape, tensor=local, rows=index)
-                )
-                continue
-            offsets, block, local, _ = found
-            pieces.append(Piece(canonical(name), value.dtype, shape, offsets, block, tensor=local.detach()))
-        else:
-            pieces.append(Piece(canonical(name), value.dtype, shape, (0,) * value.dim(), shape, tensor=value.detach()))
+        shape, whole = tuple(value.shape), ((0,) * value.dim(), tuple(value.shape))
+        if not _is_dtensor(value):
+            pieces.append(Piece(canonical(name), value.dtype, shape, *whole, tensor=value.detach()))
+            continue
+        index = _local_index(value)
+        if index is None:
+            raise NotImplementedError(
+                f"Loading safetensors into {name!r} needs its DTensor placements to be shards or replicas "
+                f"(got {value.placements})."
+            )
+        local = value.to_local().detach()
+        box = _box(index)
+        if box is not None:
+            pieces.append(Piece(canonical(name), value.dtype, shape, *box, tensor=local))
+        else:  # rows apart: the load reads the whole tensor and keeps this rank's rows
+            pieces.append(Piece(canonical(name), value.dtype, shape, *whole, tensor=local, rows=index))
     return pieces
 
 
