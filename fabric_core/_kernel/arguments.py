@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fabric_core._kernel.registry import Spec, component_kind
+from fabric_core._kernel.registry import Spec, instance_kind
 from fabric_core.errors import ArgumentTypeError, FabricCoreWarning, InvalidConfigError
 
 __all__ = [
@@ -109,7 +109,7 @@ _NAMED: Final = frozenset({"accelerator", "strategy"})
 
 def check_type(arg: str, value: Any, what: str) -> None:
     """Refuse ``Fabric(arg=value)`` unless ``value`` is a name, a spec or a component of the kind ``arg`` names."""
-    if not isinstance(value, (str, Spec)) and (isinstance(value, type) or component_kind(value) != arg):
+    if not isinstance(value, (str, Spec)) and instance_kind(value) != arg:
         lightning = f"You selected an invalid {arg} name: `{arg}={value!r}`. " if arg in _NAMED else ""
         raise InvalidConfigError(
             f"{lightning}`Fabric({arg}={value!r})` must be a name (str), a `fabric_core.spec(...)` or {what} instance, "

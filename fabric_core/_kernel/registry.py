@@ -34,6 +34,7 @@ __all__ = [
     "Spec",
     "component_kind",
     "in_code_entry",
+    "instance_kind",
     "spec",
 ]
 
@@ -49,6 +50,11 @@ def component_kind(obj: object) -> str | None:
     cls = obj if isinstance(obj, type) else type(obj)
     kind = getattr(cls, KIND_ATTRIBUTE, None)
     return kind if isinstance(kind, str) else None
+
+
+def instance_kind(obj: object) -> str | None:
+    """The kind of the component ``obj`` when it is an instance (a class passed to ``Fabric(...)`` is no component)."""
+    return None if isinstance(obj, type) else component_kind(obj)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MODULE_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")

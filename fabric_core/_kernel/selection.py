@@ -34,7 +34,7 @@ from fabric_core._kernel.arguments import (
 )
 from fabric_core._kernel.context import Decision, SelectionContext
 from fabric_core._kernel.manager import PluginManager, get_manager
-from fabric_core._kernel.registry import Catalog, Entry, Spec, component_kind
+from fabric_core._kernel.registry import Catalog, Entry, Spec, instance_kind
 from fabric_core._logging import log_event
 from fabric_core._signature import accepts
 from fabric_core.errors import (
@@ -113,7 +113,7 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
                     argument="Fabric(plugins=...)",
                     unavailable=catalog.unavailable,
                 )
-        elif (kind := component_kind(item)) in _PLUGIN_TYPES and not isinstance(item, type):
+        elif (kind := instance_kind(item)) in _PLUGIN_TYPES:
             slot = (kind, item)
         else:
             raise ArgumentTypeError(
@@ -142,17 +142,11 @@ def _sort_plugins_argument(plugins: Any, catalog: Catalog) -> tuple[Any, Any, An
 _PLUGIN_TYPES = {"precision": "Precision", "checkpoint_io": "CheckpointIO", "environment": "ClusterEnvironment"}
 
 
-def _is_instance(value: Any, kind: str) -> bool:
-    """Whether ``value`` is a component of ``kind``: an instance whose base class declares it (the contract's
-    :data:`~fabric_core._kernel.registry.KIND_ATTRIBUTE`), which the kernel never imports."""
-    return not isinstance(value, type) and component_kind(value) == kind
-
-
 def _select_accelerator(
     manager: PluginManager, ctx: SelectionContext, accelerator: Any, decisions: list[Decision]
 ) -> tuple[Choice, SelectionContext]:
     check_type("accelerator", accelerator, "an Accelerator")
-    if _is_instance(accelerator, "accelerator"):
+    if instance_kind(accelerator) == "accelerator":
         cls: type[Any] = type(accelerator)
         choice = Choice(instance=accelerator)
         decisions.append(Decision("accelerator", cls.__name__, "instance passed by the user"))
@@ -297,7 +291,7 @@ def _select_strategy(
     manager: PluginManager, ctx: SelectionContext, strategy: Any, decisions: list[Decision]
 ) -> tuple[Choice, SelectionContext]:
     check_type("strategy", strategy, "a Strategy")
-    if _is_instance(strategy, "strategy"):
+    if instance_kind(strategy) == "strategy":
         cls: type[Any] = type(strategy)
         decisions.append(Decision("strategy", cls.__name__, "instance passed by the user"))
         return Choice(instance=strategy), dataclasses.replace(ctx, strategy=cls.__name__, strategy_class=cls)
@@ -323,7 +317,7 @@ def _select_precision(
     manager: PluginManager, ctx: SelectionContext, precision: Any, decisions: list[Decision], where: str | None
 ) -> tuple[Choice, SelectionContext]:
     """Decide the precision given as ``precision=`` or (``where="plugins="``) inside ``plugins=``: one path."""
-    if _is_instance(precision, "precision"):
+    if instance_kind(precision) == "precision":
         reason = f"instance passed in {where}" if where else "instance passed by the user"
         decisions.append(Decision("precision", type(precision).__name__, reason))
         return Choice(instance=precision), dataclasses.replace(ctx, precision=type(precision).precision)
