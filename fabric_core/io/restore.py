@@ -43,18 +43,24 @@ def load_module(
         for key in extra_states:
             state_dict[key] = copy.deepcopy(state_dict[key])
     strategy.load_module_state_dict(module, state_dict, strict=strict)
-    file_storages: set[int] = set()
-    apply_to_collection(state_dict, torch.Tensor, lambda t: file_storages.add(t.untyped_storage().data_ptr()))
+    file_storages = _storages(state_dict)
     with torch.no_grad():
         for tensor in itertools.chain(module.parameters(), module.buffers()):
-            if tensor.device.type == "cpu" and tensor.untyped_storage().data_ptr() in file_storages:
+            if _host_storage(tensor) in file_storages:
                 tensor.data = tensor.data.clone()
     apply_to_collection(state_dict, torch.Tensor, FilePages().release)
 
 
+def _host_storage(tensor: torch.Tensor) -> int | None:
+    """Where ``tensor``'s storage starts if it lives in host memory (a mapped file can only be there), else
+    ``None``: the tensors of devices such as XLA's have no address to compare."""
+    return tensor.untyped_storage().data_ptr() if tensor.device.type == "cpu" else None
+
+
 def _storages(collection: Any) -> set[int]:
     found: set[int] = set()
-    apply_to_collection(collection, torch.Tensor, lambda t: found.add(t.untyped_storage().data_ptr()))
+    apply_to_collection(collection, torch.Tensor, lambda t: found.add(_host_storage(t) or 0))
+    found.discard(0)
     return found
 
 
@@ -106,7 +112,7 @@ def load_optimizer(optimizer: Optimizer, state_dict: Any, *, mapped: bool = Fals
     file_storages = _storages(state_dict)
 
     def own(tensor: torch.Tensor) -> torch.Tensor:
-        return pages.copy_out(tensor) if tensor.untyped_storage().data_ptr() in file_storages else tensor
+        return pages.copy_out(tensor) if _host_storage(tensor) in file_storages else tensor
 
     previous = {param: dict(kept) for param, kept in optimizer.state.items() if isinstance(kept, dict)}
     optimizer.load_state_dict(state_dict)
@@ -117,7 +123,7 @@ def load_optimizer(optimizer: Optimizer, state_dict: Any, *, mapped: bool = Fals
         spares = previous.pop(param, {})
         for name, value in list(param_state.items()):
             spare = spares.pop(name, None)
-            mapped_here = isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in file_storages
+            mapped_here = isinstance(value, torch.Tensor) and _host_storage(value) in file_storages
             if mapped_here and _spare_fits(spare, value) and not pages.maps_file(spare):
                 param_state[name] = spare.copy_(value)
                 pages.release(value)
