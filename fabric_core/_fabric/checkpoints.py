@@ -13,7 +13,7 @@ from fabric_core._fabric import checks as checks
 from fabric_core._fabric.collectives import Collectives
 from fabric_core.errors import CheckpointError
 from fabric_core.io._remote import is_remote_url
-from fabric_core.io.safe_pickle import resolve_weights_only
+from fabric_core.io.safe_pickle import forwarded_weights_only
 from fabric_core.io.weights.layout import DEFAULT_SHARD_SIZE, parse_shard_size, target_kind
 from fabric_core.io.weights.load import LoadResult, is_weights_path, load_weights
 from fabric_core.io.weights.save import save_weights
@@ -83,7 +83,7 @@ class Checkpoints(Collectives):
         checks.check_load_state(state)
         self._check_seen_by_every_rank(path)
         unwrapped = unwrap_for_checkpoint(state)
-        weights_only = resolve_weights_only(weights_only)  # once: the strategy's readers see the decision
+        weights_only = forwarded_weights_only(weights_only)
         remainder = self._strategy.load_checkpoint(path=path, state=unwrapped, strict=strict, weights_only=weights_only)
         self._launched_strategy().barrier(name="fabric.load")
         if state is not None:
@@ -169,7 +169,7 @@ class Checkpoints(Collectives):
                 result = load_weights(os.fspath(path), targets, strict=strict)
             self._launched_strategy().barrier(name="fabric.load_raw")
             return result
-        weights_only = resolve_weights_only(weights_only)
+        weights_only = forwarded_weights_only(weights_only)
         self._strategy.load_checkpoint(path=path, state=target, strict=strict, weights_only=weights_only)
         return None
 

@@ -203,10 +203,10 @@ class LazyLoadingUnpickler(pickle.Unpickler):
         weights_only: Refuse every global outside torch's weights-only allow-list.
     """
 
-    def __init__(self, file: IO[bytes], file_reader: Any, weights_only: bool = True) -> None:
+    def __init__(self, file: IO[bytes], file_reader: Any, weights_only: bool | None = True) -> None:
         super().__init__(file)
         self.file_reader = file_reader
-        self._allowed = _weights_only_globals() if weights_only else None
+        self._allowed = None if weights_only is False else _weights_only_globals()
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
@@ -237,13 +237,13 @@ class LazyLoadingUnpickler(pickle.Unpickler):
         return storage
 
 
-def lazy_load(filename: _PATH, *, weights_only: bool = True) -> Any:
+def lazy_load(filename: _PATH, *, weights_only: bool | None = True) -> Any:
     """Read a ``torch.save`` file's structure, leaving each tensor's data in the file until it is used.
 
     Args:
         filename: A file written by ``torch.save`` (the zip format, torch's default since 1.6).
-        weights_only: Allow only the globals torch's weights-only loader allows (the default); ``False`` for a
-            trusted file that pickles other objects.
+        weights_only: Allow only the globals torch's weights-only loader allows (the default, also for
+            ``None``); ``False`` for a trusted file that pickles other objects.
 
     Raises:
         FileNotFoundError: ``filename`` is not a file.
@@ -257,7 +257,7 @@ def lazy_load(filename: _PATH, *, weights_only: bool = True) -> Any:
         try:
             return unpickler.load()
         except pickle.UnpicklingError as err:
-            if not weights_only:
+            if weights_only is False:
                 raise
             raise UnsafeCheckpointError(
                 f"{str(filename)!r} was not loaded: {err}. Nothing in it was run. Load it with "

@@ -29,7 +29,15 @@ from fabric_core.errors import CheckpointError, UnsafeCheckpointError
 # several objects (or the members of a tar archive) before the data.
 _ZIP_MAGIC = b"PK\x03\x04"
 
-__all__ = ["RefusedGlobal", "check_torch_file", "load_restricted", "refused_error", "resolve_weights_only", "scan"]
+__all__ = [
+    "RefusedGlobal",
+    "check_torch_file",
+    "forwarded_weights_only",
+    "load_restricted",
+    "refused_error",
+    "resolve_weights_only",
+    "scan",
+]
 
 #: torch's own switches (torch.load reads them too): force weights-only loads, or lift the default.
 FORCE_SAFE_ENV = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
@@ -74,6 +82,20 @@ def resolve_weights_only(weights_only: bool | None) -> bool:
         )
         return False
     return True if weights_only is None else weights_only
+
+
+def forwarded_weights_only(weights_only: bool | None) -> bool | None:
+    """``weights_only`` as a load hands it on to the strategy and its readers.
+
+    ``None`` stays ``None`` (torch's default, which every reader here and ``torch.load`` since 2.6 read as
+    ``True``; Lightning hands it on the same way), so a strategy of the user's own sees what was passed. When
+    one of torch's switches is set, the value is decided here, once per load, by :func:`resolve_weights_only`.
+    """
+    switches = (os.environ.get(name, "0").strip().lower() in _TRUE for name in (FORCE_SAFE_ENV, FORCE_UNSAFE_ENV))
+    if weights_only is None and not any(switches):
+        return None
+    return resolve_weights_only(weights_only)
+
 
 Allowed = Collection[tuple[str, str]]
 

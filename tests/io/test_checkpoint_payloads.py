@@ -166,3 +166,19 @@ def test_torchs_escape_hatch_variables_mean_what_they_mean_to_torch_and_lightnin
     with pytest.raises(pickle.UnpicklingError):
         fabric.load(tmp_path / "ckpt.pt", weights_only=False)
     assert executions(marker) == 1
+
+
+@pytest.mark.parametrize("weights_only", [None, True])
+def test_a_lazy_load_refuses_a_payload_unless_told_the_file_is_trusted(
+    tmp_path: Path, marker: Path, weights_only: bool | None
+) -> None:
+    # `None` is what `fabric.load` now hands on when the caller passed nothing: it must mean safe here too.
+    from fabric_core.errors import UnsafeCheckpointError
+    from fabric_core.io.lazy_load import lazy_load
+
+    torch.save({"w": torch.ones(2), "payload": Payload(marker)}, tmp_path / "f.pt")
+    with pytest.raises(UnsafeCheckpointError, match="Nothing in it was run"):
+        lazy_load(tmp_path / "f.pt", weights_only=weights_only)
+    assert executions(marker) == 0
+    assert torch.sum(lazy_load(tmp_path / "f.pt", weights_only=False)["w"]) == 2
+    assert executions(marker) == 1

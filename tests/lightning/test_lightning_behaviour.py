@@ -252,3 +252,35 @@ def test_a_callback_whose_signature_cannot_be_read_gets_every_argument_as_in_lig
     callback = Mock()
     fabric_core.Fabric(accelerator="cpu", callbacks=[callback]).call("on_hook", a=1, b=2)
     callback.on_hook.assert_called_with(a=1, b=2)
+
+
+def test_a_users_strategy_receives_weights_only_as_passed_as_in_lightning(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lightning's test_fabric_load[_raw]_forwards_weights_only_to_strategy and test_load_raw: `None` reaches the
+    # strategy as `None` (torch's default, read as True by every reader), an explicit value as it is.
+    from torch import nn
+
+    def received(library: Any) -> list[Any]:
+        strategies = __import__(f"{library.__name__}.strategies", fromlist=["_"])
+        seen: list[Any] = []
+
+        class Recording(strategies.SingleDeviceStrategy):
+            def load_checkpoint(self, path: Any, state: Any = None, strict: bool = True, **kwargs: Any) -> Any:
+                seen.append(kwargs.get("weights_only", "absent"))
+                return super().load_checkpoint(path, state, strict=strict, **kwargs)
+
+        fabric = library.Fabric(accelerator="cpu", strategy=Recording(device=torch.device("cpu")))
+        model = fabric.setup(nn.Linear(2, 2))
+        fabric.save(tmp_path / f"{library.__name__}.pt", {"model": model})
+        torch.save(model.state_dict(), tmp_path / f"{library.__name__}-raw.pt")
+        for weights_only in (None, True, False):
+            fabric.load(tmp_path / f"{library.__name__}.pt", {"model": model}, weights_only=weights_only)
+            fabric.load_raw(tmp_path / f"{library.__name__}-raw.pt", model, weights_only=weights_only)
+        return seen
+
+    expected = received(lightning_fabric)
+    assert received(fabric_core) == expected == [None, None, True, True, False, False]
+    # One of torch's switches decides a `None` once, before the strategy sees it.
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    assert received(fabric_core)[:2] == [True, True]
