@@ -289,8 +289,28 @@ class Strategy(ABC):
         norm_type: float | int = 2.0,
         error_if_nonfinite: bool = True,
     ) -> Tensor:
-        """Clip the gradients of the optimizer's parameters by their total norm; return that norm."""
+        """Clip the gradients of the optimizer's parameters by their total norm; return that norm.
+
+        Loss-scaled gradients are unscaled first; :meth:`_clip_norm` then takes the norm and clips by it, and is
+        what a strategy whose gradients are sharded, or owned by an engine, overrides.
+
+        Args:
+            module: The model set up by this strategy.
+            optimizer: The optimizer whose parameters' gradients are clipped.
+            max_norm: The largest total norm the gradients may have.
+            norm_type: The order of the norm (``float("inf")`` for the largest element).
+            error_if_nonfinite: Raise when the total norm is ``nan`` or ``inf`` instead of clipping by it.
+
+        Raises:
+            RuntimeError: The total norm is not finite and ``error_if_nonfinite``.
+        """
         self.precision.unscale_gradients(optimizer)
+        return self._clip_norm(module, optimizer, max_norm, norm_type, error_if_nonfinite)
+
+    def _clip_norm(
+        self, module: Module, optimizer: Optimizer, max_norm: float, norm_type: float, error_if_nonfinite: bool
+    ) -> Tensor:
+        """:meth:`clip_gradients_norm` on unscaled gradients: torch's ``clip_grad_norm_`` over the main parameters."""
         parameters = list(self.precision.main_params(optimizer))
         return torch.nn.utils.clip_grad_norm_(
             parameters, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite

@@ -470,13 +470,8 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
             )
         return engine
 
-    def clip_gradients_norm(
-        self,
-        module: Module,
-        optimizer: Optimizer,
-        max_norm: float | int,
-        norm_type: float | int = 2.0,
-        error_if_nonfinite: bool = True,
+    def _clip_norm(
+        self, module: Module, optimizer: Optimizer, max_norm: float, norm_type: float, error_if_nonfinite: bool
     ) -> Tensor:
         """Not possible from outside the engine.
 

@@ -212,20 +212,14 @@ class ShardedStrategy(ParallelStrategy):
         return stack
 
     # -- gradients ------------------------------------------------------------------------------------------
-    def clip_gradients_norm(
-        self,
-        module: Module,
-        optimizer: Optimizer,
-        max_norm: float | int,
-        norm_type: float | int = 2.0,
-        error_if_nonfinite: bool = True,
+    def _clip_norm(
+        self, module: Module, optimizer: Optimizer, max_norm: float, norm_type: float, error_if_nonfinite: bool
     ) -> Tensor:
         """Clip by the total norm over all shards (the norm of the unsharded gradients); return that norm.
 
         Raises:
             RuntimeError: The norm is not finite and ``error_if_nonfinite`` (on every rank alike).
         """
-        self.precision.unscale_gradients(optimizer)
         parameters = list(self.precision.main_params(optimizer))
         grads = [p.grad for p in parameters if p.grad is not None]
         total = total_norm(grads, float(norm_type))

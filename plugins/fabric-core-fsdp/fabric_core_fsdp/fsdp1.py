@@ -283,13 +283,8 @@ class FSDP1Strategy(FSDPStrategy):
             precision.init_scaling(ShardedGradScaler(precision.device))
 
     # -- gradients and gathering -----------------------------------------------------------------------------
-    def clip_gradients_norm(
-        self,
-        module: Module,
-        optimizer: Optimizer,
-        max_norm: float | int,
-        norm_type: float | int = 2.0,
-        error_if_nonfinite: bool = True,
+    def _clip_norm(
+        self, module: Module, optimizer: Optimizer, max_norm: float, norm_type: float, error_if_nonfinite: bool
     ) -> Tensor:
         """Clip by the norm of the whole (unsharded) gradient with the root's ``clip_grad_norm_``; return the norm.
 
@@ -303,7 +298,6 @@ class FSDP1Strategy(FSDPStrategy):
                 f"`{type(self).__name__}.clip_gradients_norm` is wrapped in `FullyShardedDataParallel`. "
                 f"Got: {type(module).__name__}."
             )
-        self.precision.unscale_gradients(optimizer)
         norm = module.clip_grad_norm_(max_norm=max_norm, norm_type=norm_type)
         if error_if_nonfinite and not bool(torch.isfinite(norm)):
             raise RuntimeError(

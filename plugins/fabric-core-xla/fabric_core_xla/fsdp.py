@@ -181,16 +181,10 @@ class XLAFSDPStrategy(XLAStrategy):
         xm.mark_step()
         return output
 
-    def clip_gradients_norm(
-        self,
-        module: Module,
-        optimizer: Optimizer,
-        max_norm: float | int,
-        norm_type: float | int = 2.0,
-        error_if_nonfinite: bool = True,
+    def _clip_norm(
+        self, module: Module, optimizer: Optimizer, max_norm: float, norm_type: float, error_if_nonfinite: bool
     ) -> Tensor:
         """Clip by the norm of the whole (sharded) gradient, computed across processes."""
-        self.precision.unscale_gradients(optimizer)
         norm: Tensor = _root(module).clip_grad_norm_(max_norm=max_norm, norm_type=norm_type)
         return norm
 
