@@ -28,6 +28,11 @@ Examples::
     python scripts/compare_lightning_tests.py --tests T --out O --skip-done -k strategies/test_ddp
     python scripts/compare_lightning_tests.py --tests T --out O --side fabric-core accelerators/test_cuda.py
     python scripts/compare_lightning_tests.py --tests T --out O --summary-only
+    python scripts/compare_lightning_tests.py --table master=M:lightning 2.6.6=O:lightning fabric-core=O:fabric-core
+
+``--table LABEL=OUT:SIDE ...`` prints one markdown table over several runs' results (the tests of one suite run
+on several codes: Lightning master, a Lightning release, fabric-core): per file, the tests passing under each
+label, and how many pass under each earlier label but not under the last one.
 """
 
 from __future__ import annotations
@@ -401,6 +406,39 @@ def write_summary(results: Results, runs: Runs, out_path: Path) -> None:
     out_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _passing(per_side: dict[str, TestResult]) -> set[str]:
+    return {test_id for test_id, entry in per_side.items() if test_id != FILE_ENTRY and entry["outcome"] == "passed"}
+
+
+def columns_table(columns: Sequence[tuple[str, Results, str]]) -> str:
+    """A markdown table of the tests passing under each ``(label, results, side)`` column, per file and in all,
+    with, for each column but the last, the tests that pass there and not under the last column."""
+    labels = [label for label, _, _ in columns]
+    subject = labels[-1]
+    files = sorted({rel_file for _, results, _ in columns for rel_file in results})
+    header = ["file", *(f"pass {label}" for label in labels), *(f"{label}, not {subject}" for label in labels[:-1])]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    totals = [0] * (len(header) - 1)
+    for rel_file in files:
+        passing = [_passing(results.get(rel_file, {}).get(side, {})) for _, results, side in columns]
+        row = [len(p) for p in passing] + [len(p - passing[-1]) for p in passing[:-1]]
+        totals = [t + r for t, r in zip(totals, row)]
+        lines.append(f"| {rel_file} | " + " | ".join(map(str, row)) + " |")
+    lines.append(f"| **{len(files)} files** | " + " | ".join(f"**{t}**" for t in totals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _column(spec: str) -> tuple[str, Results, str]:
+    label, sep, rest = spec.partition("=")
+    folder, sep2, side = rest.rpartition(":")
+    if not (sep and sep2 and label and folder and side):
+        raise SystemExit(f"--table takes LABEL=OUT_FOLDER:SIDE, got {spec!r}")
+    results: Results = load_json(Path(folder) / "results.json")
+    if not results:
+        raise SystemExit(f"no results.json with results in {folder}")
+    return label, results, side
+
+
 def reparse(tests_dir: Path, out_dir: Path, results: Results, runs: Runs) -> None:
     """Refresh ``results`` from the junit reports kept under ``out_dir`` (runs that timed out keep their entry)."""
     for rel_file, per_side in results.items():
@@ -441,8 +479,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("files", nargs="*", help="test files (relative to --tests, or absolute); default: all")
-    parser.add_argument("--tests", type=Path, required=True, help="a tests_fabric folder")
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--tests", type=Path, help="a tests_fabric folder (required unless --table)")
+    parser.add_argument("--out", type=Path, help="output folder (required unless --table)")
+    parser.add_argument("--table", nargs="+", metavar="LABEL=OUT:SIDE", help="print a table over several runs")
     parser.add_argument("-k", dest="filters", action="append", default=[], help="keep files whose path has this")
     parser.add_argument("--side", choices=(*SIDES, "both"), default="both")
     parser.add_argument("--timeout", type=float, default=900.0, help="wall timeout of one file, seconds")
@@ -460,6 +499,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> int:
     """Entry point."""
     args = parse_args(argv)
+    if args.table:
+        if len(args.table) < 2:
+            raise SystemExit("--table needs at least two columns")
+        print(columns_table([_column(spec) for spec in args.table]), end="")
+        return 0
+    if args.tests is None or args.out is None:
+        raise SystemExit("--tests and --out are required")
     tests_dir: Path = args.tests.resolve()
     out_dir: Path = args.out.resolve()
     if args.summary_only or args.reparse:
