@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -102,7 +103,9 @@ def start(rank: int, world_size: int) -> None:
         running = _thread
         if running is not None and running.pid == os.getpid() and running.is_alive() and not running.stopping:
             return
-        _thread = _WatchdogThread(_Watch(rank, world_size, warn, abort))
+        watch = _Watch(rank, world_size, warn, abort)
+        watch.connect()  # now, while the group's store surely answers: a first call later may find it gone
+        _thread = _WatchdogThread(watch)
         _thread.start()
 
 
@@ -208,11 +211,19 @@ class _Watch:
         )
 
     # -- the other ranks, through the store -----------------------------------------------------------------
-    def _connect(self) -> Any:
-        """This thread's own connection to the job's store (the main thread may be blocked on its own)."""
+    def connect(self) -> Any:
+        """This thread's own connection to the job's store (the main thread may be blocked on its own).
+
+        A new connection is made only while the store's server accepts one: connecting to a server that is
+        gone (rank 0 has finished) would retry for the whole process-group timeout, and the strategy's teardown,
+        which waits for this thread, with it.
+        """
         if self.store is None:
             try:
-                store = dist.distributed_c10d._get_default_store().clone()  # type: ignore[attr-defined]
+                default = dist.distributed_c10d._get_default_store()  # type: ignore[attr-defined]
+                if not _answers(default):
+                    return None
+                store = default.clone()
                 store.set_timeout(timedelta(seconds=max(self.interval * 2, 5.0)))
                 restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
                 self.store = dist.PrefixStore(f"fabric_core/hang/{restart}/", store)  # type: ignore[attr-defined]
@@ -221,7 +232,7 @@ class _Watch:
         return self.store
 
     def _answer_the_others(self) -> None:
-        store = self._connect()
+        store = self.connect()
         if store is None:
             return
         try:
@@ -245,7 +256,7 @@ class _Watch:
         table; the others say which rank printed it.
         """
         title = f"[fabric-core rank {self.rank}] where every rank is:"
-        store = self._connect()
+        store = self.connect()
         if store is None:
             return f"{title} the job's store cannot be reached (its host, rank 0 or the launcher, may have died)."
         states: dict[int, dict[str, Any]] = {}
@@ -276,7 +287,7 @@ class _Watch:
 
     def _stop(self, waited: float) -> None:
         """Stop the job: the first rank to get here gathers the report, leaves it for the others, and exits."""
-        store = self._connect()
+        store = self.connect()
         if store is not None:
             try:
                 if store.compare_set("stopping", "", str(self.rank)).decode() != str(self.rank):
@@ -304,6 +315,21 @@ class _Watch:
                 while store.add("stopped", 0) < self.world_size and time.monotonic() < deadline:
                     time.sleep(0.02)
         os._exit(ABORT_EXIT_CODE)
+
+
+def _answers(store: Any) -> bool:
+    """Whether the TCP server behind ``store`` (through its prefixes) accepts a connection within a second;
+    ``True`` for stores of other kinds (a file store has no server to lose)."""
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    if not isinstance(host, str) or not isinstance(port, int):
+        return True
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
 
 
 def table(title: str, states: dict[int, dict[str, Any]], world_size: int) -> str:

@@ -129,3 +129,24 @@ def test_model_parallel_builds_its_mesh_through_lightnings_name(monkeypatch: pyt
         strategy.setup_environment()
     mesh.assert_called_once()
     assert not watchdogs()
+
+
+def test_a_store_whose_server_is_gone_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rank 0 (the store's server) has finished: connecting again would retry for the whole group timeout, and
+    # the strategy's teardown, which waits for the thread, with it.
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=60))
+    client = torch.distributed.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    prefixed = torch.distributed.PrefixStore("default_pg", client)
+    monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store", lambda: prefixed)
+    alive = watchdog._Watch(rank=1, world_size=2, warn=1.0, abort=0.0)
+    assert alive.connect() is not None  # the server answers: a connection of the thread's own
+    del server
+    gone = watchdog._Watch(rank=1, world_size=2, warn=1.0, abort=0.0)
+    started = time.monotonic()
+    assert gone.connect() is None
+    assert time.monotonic() - started < 2.0
