@@ -220,10 +220,10 @@ class _Watch:
         """
         if self.store is None:
             try:
-                default = dist.distributed_c10d._get_default_store()  # type: ignore[attr-defined]
+                default = dist.distributed_c10d._get_default_store()
                 if not _answers(default):
                     return None
-                store = default.clone()
+                store = default.clone()  # type: ignore[attr-defined]
                 store.set_timeout(timedelta(seconds=max(self.interval * 2, 5.0)))
                 restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
                 self.store = dist.PrefixStore(f"fabric_core/hang/{restart}/", store)  # type: ignore[attr-defined]
