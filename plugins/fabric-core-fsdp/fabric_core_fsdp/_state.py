@@ -59,7 +59,7 @@ from fabric_core.utilities.types import Stateful
 if TYPE_CHECKING:
     from fabric_core.strategies.parallel import ParallelStrategy
 
-__all__ = ["NotACheckpointError", "load", "save_full", "save_sharded"]
+__all__ = ["LoneOptimizerFromFolderError", "NotACheckpointError", "load", "save_full", "save_sharded"]
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 Filter = Mapping[str, Callable[[str, Any], bool]]
@@ -68,6 +68,10 @@ Filter = Mapping[str, Callable[[str, Any], bool]]
 class NotACheckpointError(CheckpointError, ValueError):
     """A folder that is not a sharded checkpoint, where one was to be loaded (a ``ValueError`` too, as in
     Lightning)."""
+
+
+class LoneOptimizerFromFolderError(InvalidConfigError, NotImplementedError):
+    """A lone optimizer to load from a sharded folder (a ``NotImplementedError`` too, as in Lightning)."""
 
 
 def _split(state: Mapping[str, Any]) -> tuple[dict[str, Module], dict[str, Optimizer], dict[str, Any]]:
@@ -271,7 +275,18 @@ def load(
         raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
     sharded = is_distributed_checkpoint(target)
     folder = is_dir(target)
-    if isinstance(state, (Module, Optimizer)) and folder:
+    name = type(strategy).__name__
+    if isinstance(state, Optimizer) and folder:
+        # DCP names optimizer state after the parameters of the model it belongs to, which a lone optimizer lacks.
+        raise LoneOptimizerFromFolderError(
+            f"Loading a single optimizer object from a checkpoint is not supported with {name} when the checkpoint "
+            f"is a folder of shards: {os.fspath(path)!r}. Load it with its model, e.g. "
+            "`fabric.load(path, {'model': model, 'optimizer': optimizer})`, or load the optimizer alone from a full "
+            "checkpoint file.",
+            argument="state",
+            value=type(state).__name__,
+        )
+    if isinstance(state, Module) and folder:
         raise InvalidConfigError(
             f"The given path must be a single file containing the full state dict: {os.fspath(path)!r} is a folder. "
             "Load a sharded checkpoint with a dict naming what to restore, e.g. "
@@ -280,8 +295,10 @@ def load(
             value=os.fspath(path),
         )
     if folder and not sharded:
+        # Without a state the call returns the whole checkpoint; Lightning's message for that call opens with it.
+        opening = f"Got {name}.load_checkpoint(..., state={state!r}) but the path" if not state else "The path"
         raise NotACheckpointError(
-            f"The path {os.fspath(path)!r} does not point to a valid checkpoint. Make sure the path points to either "
+            f"{opening} {os.fspath(path)!r} does not point to a valid checkpoint. Make sure the path points to either "
             "a directory with checkpoint shards (written by `torch.distributed.checkpoint`: it has a '.metadata' "
             "file), or a single file with a full checkpoint.",
             path=os.fspath(path),

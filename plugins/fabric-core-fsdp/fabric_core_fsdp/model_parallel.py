@@ -192,8 +192,8 @@ class ModelParallelStrategy(ShardedStrategy):
         result = self._parallelize_fn(module, self.device_mesh)
         if not isinstance(result, Module):
             raise TypeError(
-                "`parallelize_fn` must return the parallelized model (a `torch.nn.Module`), got "
-                f"{type(result).__name__}."
+                f"The `parallelize_fn` must return a `nn.Module` instance, but got: {type(result).__name__}. Return "
+                "the parallelized model from it."
             )
         return result
 

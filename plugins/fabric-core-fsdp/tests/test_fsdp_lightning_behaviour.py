@@ -189,3 +189,47 @@ def test_a_scaler_needs_16_mixed() -> None:
     )
     assert lightning_precision.FSDPPrecision(precision="bf16-mixed").scaler is None
     assert FSDPPrecision(precision="bf16-mixed").scaler is None
+
+
+@EACH
+@pytest.mark.parametrize("state", [None, {}])
+def test_loading_no_state_from_a_folder_that_is_no_checkpoint_names_the_call(
+    name: str, state: dict[str, Any] | None, tmp_path: Path
+) -> None:
+    theirs, ours, _ = STRATEGIES[name]
+    cls = "ModelParallelStrategy" if name == "model_parallel" else "FSDPStrategy"
+    both(
+        lambda: theirs().load_checkpoint(tmp_path, state=state),
+        lambda: ours().load_checkpoint(tmp_path, state=state),
+        ValueError,
+        f"Got {cls}.load_checkpoint(..., state={state!r})",
+    )
+    # What stays ours: without a state, a full checkpoint file is returned whole (Lightning refuses the call).
+    torch.save({"step": 7, "model": {"weight": torch.ones(2)}}, tmp_path / "full.pt")
+    loaded = ours().load_checkpoint(tmp_path / "full.pt", state=state)
+    assert loaded["step"] == 7 and torch.equal(loaded["model"]["weight"], torch.ones(2))
+
+
+@EACH
+def test_a_lone_optimizer_is_not_loaded_from_a_folder(name: str, tmp_path: Path) -> None:
+    theirs, ours, _ = STRATEGIES[name]
+    optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    error = both(
+        lambda: theirs().load_checkpoint(tmp_path, state=optimizer),
+        lambda: ours().load_checkpoint(tmp_path, state=optimizer),
+        NotImplementedError,
+        "Loading a single optimizer object from a checkpoint is not supported",
+    )
+    assert isinstance(error, InvalidConfigError)
+
+
+def test_parallelize_fn_must_return_a_module() -> None:
+    theirs_cls, ours_cls = lightning_strategies.ModelParallelStrategy, ModelParallelStrategy
+    theirs, ours = theirs_cls(parallelize_fn=lambda m, mesh: None), ours_cls(lambda m, mesh: None)
+    theirs._device_mesh = ours._device_mesh = Mock()  # the mesh exists once the processes run
+    both(
+        lambda: theirs.setup_module(nn.Linear(2, 2)),
+        lambda: ours.setup_module(nn.Linear(2, 2)),
+        TypeError,
+        "The `parallelize_fn` must return a `nn.Module` instance, but got: NoneType",
+    )
