@@ -24,6 +24,7 @@ import torch
 
 from fabric_core._deferred import lightning_reexports, reexports
 from fabric_core.utilities.data import _num_cpus_available
+from fabric_core.utilities.imports import _TORCH_GREATER_EQUAL_2_4
 from fabric_core.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ __getattr__ = reexports(
         "_all_gather_ddp_if_available": f"{_PG}:all_gather_if_available",
         "_gather_all_tensors": f"{_PG}:gather_all_tensors",
         "_get_default_process_group_backend_for_device": f"{_PG}:default_backend_for_device",
-        "_is_dtensor": f"{_PG}:is_dtensor",
         "_simple_gather_all_tensors": f"{_PG}:_simple_gather_all_tensors",
         "_sync_ddp": f"{_PG}:sync",
         "_sync_ddp_if_available": f"{_PG}:sync_if_available",
@@ -168,6 +168,17 @@ class _Rendezvous(Protocol):
 def _distributed_is_initialized() -> bool:
     """Whether a default process group exists (torch may be built without distributed support)."""
     return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _is_dtensor(tensor: Any) -> bool:
+    """Whether ``tensor`` is a DTensor (what presents itself as one counts, as for ``isinstance``).
+
+    Lightning's helper: it reads ``_TORCH_GREATER_EQUAL_2_4`` here at call time (before torch 2.4 nothing is a
+    DTensor to Lightning's code), so that a test that patches the flag sees the answer Lightning gives.
+    """
+    from fabric_core.utilities._process_group import is_dtensor
+
+    return _TORCH_GREATER_EQUAL_2_4 and is_dtensor(tensor)
 
 
 def _suggested_max_num_threads(num_processes: int = 1) -> int:

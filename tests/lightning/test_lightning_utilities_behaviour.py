@@ -109,6 +109,18 @@ def test_shared_filesystem_answers_on_two_real_ranks(library: ModuleType, tmp_pa
     assert answers == {"missing": True, "per_rank_paths": False, "same_folder": True}
 
 
+def test_what_presents_itself_as_a_dtensor_is_one_unless_the_torch_flag_says_too_old(
+    library: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.tensor import DTensor
+
+    distributed = _module(library, "utilities.distributed")
+    assert distributed._is_dtensor(mock.Mock(spec=DTensor))
+    assert not distributed._is_dtensor(torch.zeros(2, 2))
+    monkeypatch.setattr(distributed, "_TORCH_GREATER_EQUAL_2_4", False)
+    assert not distributed._is_dtensor(mock.Mock(spec=DTensor))
+
+
 # -- throughput, AttributeDict, consolidate_checkpoint -----------------------------------------------------
 @pytest.mark.parametrize("name", ["NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 4090", "Tesla T4", "TITAN RTX"])
 def test_peak_flops_of_a_gpu_asks_the_cuda_paths_tensor_core_answer(library: ModuleType, name: str) -> None:
