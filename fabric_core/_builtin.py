@@ -12,107 +12,107 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import Entry, ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import Entry, SelectionContext
 
 _P = "fabric_core.precision"
 _E = "fabric_core.environments"
 
-
-@hookimpl
-def fabric_core_register_accelerators(registry: Registry) -> None:
-    registry.add(
+fabric_core_register_accelerators = registers(
+    component(
         "cpu",
         "fabric_core.accelerators.cpu:CPUAccelerator",
         description="The CPU; devices=N runs N processes.",
         priority=0,
     )
-
-
-@hookimpl
-def fabric_core_register_strategies(registry: Registry) -> None:
-    registry.add(
+)
+fabric_core_register_strategies = registers(
+    component(
         "single_device",
         "fabric_core.strategies.single_device:SingleDeviceStrategy",
         description="One process on one device; collectives are the identity.",
     )
-
-
-@hookimpl
-def fabric_core_register_precisions(registry: Registry) -> None:
-    registry.add("32-true", f"{_P}.precision:Precision", description="Full fp32 precision (the default).")
-    registry.add(
+)
+fabric_core_register_precisions = registers(
+    component("32-true", f"{_P}.precision:Precision", description="Full fp32 precision (the default)."),
+    component(
         "64-true", f"{_P}.double:DoublePrecision", description="Double precision: parameters and compute in fp64."
-    )
-    for name, dtype in (("16-true", "fp16"), ("bf16-true", "bf16")):
-        registry.add(
+    ),
+    *(
+        component(
             name,
             f"{_P}.half:HalfPrecision",
             description=f"Parameters and compute in {dtype}, no autocast.",
             defaults={"precision": name},
         )
-    for name, dtype in (("transformer-engine", "bfloat16"), ("transformer-engine-float16", "float16")):
-        registry.add(
+        for name, dtype in (("16-true", "fp16"), ("bf16-true", "bf16"))
+    ),
+    *(
+        component(
             name,
             f"{_P}.transformer_engine:TransformerEnginePrecision",
             description=f"FP8 through NVIDIA Transformer Engine, weights in {dtype} (needs transformer_engine, CUDA).",
             defaults={"weights_dtype": dtype},
         )
-    for name, how in (("16-mixed", "fp16 autocast with a gradient scaler"), ("bf16-mixed", "bf16 autocast")):
-        registry.add(
+        for name, dtype in (("transformer-engine", "bfloat16"), ("transformer-engine-float16", "float16"))
+    ),
+    *(
+        component(
             name,
             f"{_P}.mixed:MixedPrecision",
             description=f"Mixed precision: fp32 parameters, {how}.",
             defaults={"precision": name},
         )
+        for name, how in (("16-mixed", "fp16 autocast with a gradient scaler"), ("bf16-mixed", "bf16 autocast"))
+    ),
+)
 
-
-@hookimpl
-def fabric_core_register_environments(registry: Registry) -> None:
-    for name, cls, priority, description in (
-        ("torchelastic", "TorchElasticEnvironment", 40, "Processes started by torchrun / torchelastic."),
-        ("slurm", "SLURMEnvironment", 30, "A SLURM job (srun); not interactive sessions."),
-        ("lsf", "LSFEnvironment", 20, "An IBM LSF job started with jsrun."),
-        ("mpi", "MPIEnvironment", 10, "Processes started by an MPI launcher (needs mpi4py)."),
-        ("kubeflow", "KubeflowEnvironment", -10, "A Kubeflow PyTorchJob; never auto-detected, pass it explicitly."),
-        ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
-    ):
-        module = f"{_E}.{name}"
-        # Kubeflow's `detect()` raises, as Lightning's does; its probe just says no.
-        probe = f"{module}:never_detected" if name == "kubeflow" else f"{module}:{cls}.detect"
-        registry.add(name, f"{module}:{cls}", description=description, priority=priority, probe=probe)
-
-
-@hookimpl
-def fabric_core_register_loggers(registry: Registry) -> None:
-    registry.add(
+fabric_core_register_environments = registers(
+    *(
+        component(
+            name,
+            f"{_E}.{name}:{cls}",
+            description=description,
+            priority=priority,
+            # Kubeflow's `detect()` raises, as Lightning's does; its probe just says no.
+            probe=f"{_E}.{name}:never_detected" if name == "kubeflow" else f"{_E}.{name}:{cls}.detect",
+        )
+        for name, cls, priority, description in (
+            ("torchelastic", "TorchElasticEnvironment", 40, "Processes started by torchrun / torchelastic."),
+            ("slurm", "SLURMEnvironment", 30, "A SLURM job (srun); not interactive sessions."),
+            ("lsf", "LSFEnvironment", 20, "An IBM LSF job started with jsrun."),
+            ("mpi", "MPIEnvironment", 10, "Processes started by an MPI launcher (needs mpi4py)."),
+            ("kubeflow", "KubeflowEnvironment", -10, "A Kubeflow PyTorchJob; never auto-detected, pass it explicitly."),
+            ("lightning", "LightningEnvironment", -100, "The default: fabric-core starts the processes itself."),
+        )
+    )
+)
+fabric_core_register_loggers = registers(
+    component(
         "csv",
         "fabric_core.loggers.csv_logs:CSVLogger",
         description="Writes metrics to root_dir/name/version_N/metrics.csv (no dependencies).",
         defaults={"root_dir": "."},
     )
-
-
-@hookimpl
-def fabric_core_register_callbacks(registry: Registry) -> None:
-    registry.add(
+)
+fabric_core_register_callbacks = registers(
+    component(
         "throughput",
         "fabric_core.callbacks.throughput:ThroughputMonitor",
         description="Logs steps, samples, tokens and FLOPs per second and MFU every N steps.",
-    )
-    registry.add("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0.")
-    registry.add("profiler", "fabric_core.callbacks.profiler:Profiler", description="torch.profiler traces per rank.")
-
-
-@hookimpl
-def fabric_core_register_runners(registry: Registry) -> None:
-    registry.add(
+    ),
+    component("progress", "fabric_core.callbacks.progress:ProgressBar", description="A rich progress bar on rank 0."),
+    component("profiler", "fabric_core.callbacks.profiler:Profiler", description="torch.profiler traces per rank."),
+)
+fabric_core_register_runners = registers(
+    component(
         "torchrun",
         "fabric_core._run.command:run_torchrun",
         description="The default: torchrun starts --devices processes on this node (--num-nodes nodes in all).",
     )
+)
 
 
 #: Lightning's module paths of the core's own components: each is the implementing module itself, so a
@@ -138,11 +138,7 @@ LIGHTNING_PATHS: Final = {
     "strategies.launchers.subprocess_script": "fabric_core.launchers.subprocess_script",
 }
 
-
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    for path, module in LIGHTNING_PATHS.items():
-        registry.add(path, module)
+fabric_core_register_modules = module_paths(LIGHTNING_PATHS)
 
 
 @hookimpl(trylast=True)

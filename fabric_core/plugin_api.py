@@ -11,6 +11,16 @@ such as ``fabric_core.strategies``)::
     def fabric_core_register_strategies(registry: Registry) -> None:
         registry.add("my_strategy", "my_plugin.strategy:MyStrategy", description="...")
 
+A registration that only adds names needs no function of its own: :func:`registers` and
+:func:`module_paths` make the hook implementation from what it registers::
+
+    from fabric_core.plugin_api import component, module_paths, registers
+
+    fabric_core_register_strategies = registers(
+        component("my_strategy", "my_plugin.strategy:MyStrategy", description="..."),
+    )
+    fabric_core_register_modules = module_paths({"strategies.my_strategy": "my_plugin.strategy"})
+
 Importing this module imports neither torch nor any plugin, so a registration module that imports only it
 stays light: it is imported for every ``Fabric(...)`` and every ``fabric-core list-plugins``. A plugin's
 package stays as light with :func:`lazy_exports`, which loads its classes on first access::
@@ -51,7 +61,10 @@ derive from :class:`FabricCoreError`; warnings derive from :class:`FabricCoreWar
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, final
 
 from fabric_core import hookspecs
 from fabric_core._deferred import lazy_exports
@@ -93,6 +106,7 @@ __all__ = [
     "AmbiguousNameError",
     "ArgumentTypeError",
     "Catalog",
+    "Component",
     "Decision",
     "Entry",
     "EnvironmentSetupError",
@@ -109,12 +123,67 @@ __all__ = [
     "Spec",
     "UnknownNameError",
     "UnknownOptionError",
+    "component",
     "component_kind",
     "hookimpl",
     "hookspecs",
     "lazy_exports",
+    "module_paths",
+    "registers",
     "spec",
 ]
 
 #: The name of every hook a plugin may implement, in the order :mod:`fabric_core.hookspecs` declares them.
 HOOKS: Final = tuple(name for name in vars(hookspecs) if name.startswith(f"{PROJECT}_"))
+
+
+@final
+@dataclass(frozen=True)
+class Component:
+    """One ``registry.add(name, target, **options)``, declared before there is a registry (see :func:`registers`).
+
+    Attributes:
+        name: The component name.
+        target: ``"module:Class"``, imported only when the name is chosen.
+        options: :meth:`Registry.add`'s keyword arguments (``description=``, ``defaults=``, ``priority=``, ...).
+    """
+
+    name: str
+    target: str
+    options: Mapping[str, Any]
+
+
+def component(name: str, target: str, /, **options: Any) -> Component:
+    """A component for :func:`registers`: the arguments :meth:`Registry.add` takes, kept until the hook runs.
+
+    A keyword :meth:`Registry.add` does not take fails the plugin when the hook runs, as it would in a
+    ``registry.add(...)`` call.
+    """
+    return Component(name, target, MappingProxyType(options))
+
+
+def registers(*components: Component) -> Callable[[Registry], None]:
+    """A registration hook implementation that adds ``components``: assign it to the hook's name.
+
+    The result is a function marked with :data:`hookimpl`, so the plugin manager finds it at module level as it
+    finds a decorated ``def``; a registration that computes what it adds is written as such a ``def``.
+    """
+
+    def register(registry: Registry) -> None:
+        for each in components:
+            registry.add(each.name, each.target, **each.options)
+
+    return hookimpl(register)
+
+
+def module_paths(modules: Mapping[str, str]) -> Callable[[ModuleRegistry], None]:
+    """A ``fabric_core_register_modules`` implementation that declares each ``{path: module}`` of ``modules``.
+
+    Each item is one :meth:`ModuleRegistry.add`: ``import fabric_core.<path>`` gives the plugin's ``module``.
+    """
+
+    def register(registry: ModuleRegistry) -> None:
+        for path, module in modules.items():
+            registry.add(path, module)
+
+    return hookimpl(register)

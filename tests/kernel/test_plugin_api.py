@@ -148,3 +148,42 @@ def test_plugin_packages_export_through_lazy_exports(path: Path) -> None:
     for name in package.__all__:
         assert name in dir(package)
         getattr(package, name)  # imports, or the test fails
+
+
+def test_registers_makes_a_registration_hook_from_what_it_adds() -> None:
+    import types
+
+    plugin = types.ModuleType("declared_plugin")
+    plugin.fabric_core_register_loggers = plugin_api.registers(  # type: ignore[attr-defined]
+        plugin_api.component("lines", "logging:Logger", description="Lines.", defaults={"name": "x"}, priority=3),
+        plugin_api.component("other", "logging:Logger", description="Other.", aliases=("another",)),
+    )
+    plugin.fabric_core_register_modules = plugin_api.module_paths(  # type: ignore[attr-defined]
+        {"loggers.lines": "logging"}
+    )
+    manager = fabric_core.PluginManager(autoload=False, plugins={"declared": plugin})
+    assert manager.records[-1].status == "loaded"
+    lines = manager.catalog.get("logger", "lines")
+    assert (lines.target, dict(lines.defaults), lines.priority, lines.plugin) == (
+        "logging:Logger",
+        {"name": "x"},
+        3,
+        "declared",
+    )
+    assert manager.catalog.get("logger", "another").name == "other"
+    modules = plugin_api.ModuleRegistry("declared")
+    plugin.fabric_core_register_modules(modules)  # type: ignore[attr-defined]
+    assert modules.declarations == [plugin_api.ModuleDeclaration("loggers.lines", "logging", "declared")]
+
+
+def test_a_component_with_an_option_registry_add_does_not_take_fails_its_plugin_only() -> None:
+    import types
+
+    plugin = types.ModuleType("typo_plugin")
+    plugin.fabric_core_register_loggers = plugin_api.registers(  # type: ignore[attr-defined]
+        plugin_api.component("lines", "logging:Logger", description="Lines.", prority=3)
+    )
+    manager = fabric_core.PluginManager(autoload=False, plugins={"typo": plugin})
+    with pytest.warns(plugin_api.PluginWarning, match="prority"):
+        assert manager.catalog.find("logger", "lines") is None
+    assert manager.catalog.find("logger", "csv") is not None

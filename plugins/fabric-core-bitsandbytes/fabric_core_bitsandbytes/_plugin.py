@@ -3,12 +3,9 @@ bitsandbytes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from fabric_core.plugin_api import hookimpl
-
-if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry
+from fabric_core.plugin_api import component, module_paths, registers
 
 _PRECISION: Final = "fabric_core_bitsandbytes.precision:BitsandbytesPrecision"
 #: Each mode and what it does to the model's ``nn.Linear`` layers.
@@ -21,15 +18,12 @@ MODES: Final = {
     "int8-training": "LLM.int8() matmuls; the weights stay trainable in their own dtype (bnb Linear8bitLt).",
 }
 
-
-@hookimpl
-def fabric_core_register_precisions(registry: Registry) -> None:
-    """Register one precision per quantization mode."""
-    for mode, description in MODES.items():
-        registry.add(mode, _PRECISION, description=description, defaults={"mode": mode}, requires=("bitsandbytes",))
-
-
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning path of the bitsandbytes precision (``fabric_core.plugins.precision.bitsandbytes``)."""
-    registry.add("plugins.precision.bitsandbytes", "fabric_core_bitsandbytes.precision")
+#: One precision per quantization mode.
+fabric_core_register_precisions = registers(
+    *(
+        component(mode, _PRECISION, description=description, defaults={"mode": mode}, requires=("bitsandbytes",))
+        for mode, description in MODES.items()
+    )
+)
+#: The Lightning path of the bitsandbytes precision (``fabric_core.plugins.precision.bitsandbytes``).
+fabric_core_register_modules = module_paths({"plugins.precision.bitsandbytes": "fabric_core_bitsandbytes.precision"})

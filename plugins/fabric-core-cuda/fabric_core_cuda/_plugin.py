@@ -4,25 +4,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import AcceleratorUnavailableError, AmbiguousNameError, hookimpl
+from fabric_core.plugin_api import (
+    AcceleratorUnavailableError,
+    AmbiguousNameError,
+    component,
+    hookimpl,
+    module_paths,
+    registers,
+)
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import Catalog, ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import Catalog, SelectionContext
 
 #: Above the cpu (0), below XLA (30); mps shares the band: no machine has both.
 PRIORITY: Final = 20
 
-
-@hookimpl
-def fabric_core_register_accelerators(registry: Registry) -> None:
-    """Register ``"cuda"``, found by ``accelerator="auto"`` when NVML sees a GPU."""
-    registry.add(
+#: ``"cuda"``, found by ``accelerator="auto"`` when NVML sees a GPU.
+fabric_core_register_accelerators = registers(
+    component(
         "cuda",
         "fabric_core_cuda.accelerator:CUDAAccelerator",
         description="NVIDIA/ROCm GPUs through CUDA; processes communicate with NCCL.",
         priority=PRIORITY,
         probe="fabric_core_cuda.accelerator:probe",
     )
+)
+#: The Lightning path of the CUDA accelerator and its device helpers (``fabric_core.accelerators.cuda``).
+fabric_core_register_modules = module_paths({"accelerators.cuda": "fabric_core_cuda.accelerator"})
 
 
 def _state(catalog: Catalog, name: str) -> tuple[bool, bool]:
@@ -54,9 +62,3 @@ def fabric_core_select_accelerator(requested: str, context: SelectionContext) ->
         argument="accelerator",
         value=requested,
     )
-
-
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning path of the CUDA accelerator and its device helpers (``fabric_core.accelerators.cuda``)."""
-    registry.add("accelerators.cuda", "fabric_core_cuda.accelerator")

@@ -7,10 +7,10 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import SelectionContext
 
 _DDP: Final = "fabric_core_ddp.ddp:DDPStrategy"
 _DP: Final = "fabric_core_ddp.dp:DataParallelStrategy"
@@ -20,41 +20,42 @@ NAMES: Final = frozenset(
     {"ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false", "dp", *_FORKING}
 )
 
-
-@hookimpl
-def fabric_core_register_strategies(registry: Registry) -> None:
-    """Register ``ddp``, ``ddp_spawn``, ``ddp_fork`` (alias ``ddp_notebook``), the find-unused aliases, ``dp``."""
-    registry.add(
+#: ``ddp``, ``ddp_spawn``, ``ddp_fork`` (alias ``ddp_notebook``), the find-unused aliases, ``dp``.
+fabric_core_register_strategies = registers(
+    component(
         "ddp",
         _DDP,
         description="DistributedDataParallel; the script runs again once per device.",
         defaults={"start_method": "popen"},
-    )
-    registry.add(
+    ),
+    component(
         "ddp_spawn",
         _DDP,
         description="DistributedDataParallel; fabric.launch(fn) spawns fresh processes running fn.",
         defaults={"start_method": "spawn"},
-    )
-    registry.add(
+    ),
+    component(
         "ddp_fork",
         _DDP,
         description="DistributedDataParallel; fabric.launch(fn) forks processes (works in notebooks).",
         defaults={"start_method": "fork"},
         aliases=("ddp_notebook",),
-    )
-    for value in (True, False):
-        registry.add(
+    ),
+    *(
+        component(
             f"ddp_find_unused_parameters_{str(value).lower()}",
             _DDP,
             description=f"ddp with find_unused_parameters={value}.",
             defaults={"start_method": "popen", "find_unused_parameters": value},
         )
-    registry.add(
+        for value in (True, False)
+    ),
+    component(
         "dp",
         _DP,
         description="torch.nn.DataParallel: one process splits each batch over its GPUs (CUDA only).",
-    )
+    ),
+)
 
 
 @hookimpl
@@ -95,8 +96,7 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
         )
 
 
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning paths of the DDP and DataParallel strategies (``fabric_core.strategies.ddp``, ``.dp``)."""
-    registry.add("strategies.ddp", "fabric_core_ddp.ddp")
-    registry.add("strategies.dp", "fabric_core_ddp.dp")
+#: The Lightning paths of the DDP and DataParallel strategies (``fabric_core.strategies.ddp``, ``.dp``).
+fabric_core_register_modules = module_paths(
+    {"strategies.ddp": "fabric_core_ddp.ddp", "strategies.dp": "fabric_core_ddp.dp"}
+)

@@ -7,10 +7,10 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import SelectionContext
 
 _STRATEGY: Final = "fabric_core_deepspeed.strategy:DeepSpeedStrategy"
 _PRECISION: Final = "fabric_core_deepspeed.precision:DeepSpeedPrecision"
@@ -54,24 +54,26 @@ def precision_name(precision: str) -> str:
     return f"deepspeed-{precision}"
 
 
-@hookimpl
-def fabric_core_register_strategies(registry: Registry) -> None:
-    """Register ``deepspeed`` and its stage/offload variants."""
-    for name, (defaults, description) in STRATEGIES.items():
-        registry.add(name, _STRATEGY, description=description, defaults=defaults, requires=_REQUIRES)
-
-
-@hookimpl
-def fabric_core_register_precisions(registry: Registry) -> None:
-    """Register ``deepspeed-<precision>`` for each precision DeepSpeed supports (chosen by the selection hook)."""
-    for precision in PRECISIONS:
-        registry.add(
+#: ``deepspeed`` and its stage/offload variants.
+fabric_core_register_strategies = registers(
+    *(
+        component(name, _STRATEGY, description=description, defaults=defaults, requires=_REQUIRES)
+        for name, (defaults, description) in STRATEGIES.items()
+    )
+)
+#: ``deepspeed-<precision>`` for each precision DeepSpeed supports (chosen by the selection hook).
+fabric_core_register_precisions = registers(
+    *(
+        component(
             precision_name(precision),
             _PRECISION,
             description=f"{precision} under the DeepSpeed strategy (selected automatically with it).",
             defaults={"precision": precision},
             requires=_REQUIRES,
         )
+        for precision in PRECISIONS
+    )
+)
 
 
 def _is_deepspeed(strategy_class: type | None) -> bool:
@@ -116,8 +118,10 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
     )
 
 
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning paths of the DeepSpeed strategy and precision (``fabric_core.strategies.deepspeed``, ...)."""
-    registry.add("strategies.deepspeed", "fabric_core_deepspeed.strategy")
-    registry.add("plugins.precision.deepspeed", "fabric_core_deepspeed.precision")
+#: The Lightning paths of the DeepSpeed strategy and precision (``fabric_core.strategies.deepspeed``, ...).
+fabric_core_register_modules = module_paths(
+    {
+        "strategies.deepspeed": "fabric_core_deepspeed.strategy",
+        "plugins.precision.deepspeed": "fabric_core_deepspeed.precision",
+    }
+)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, hookimpl
+from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import SelectionContext
 
 _FSDP: Final = "fabric_core_fsdp.fsdp:FSDPStrategy"
 _FSDP1: Final = "fabric_core_fsdp.fsdp1:FSDP1Strategy"
@@ -40,57 +40,57 @@ def is_model_parallel(cls: type | None) -> bool:
     return _is_subclass_of(cls, "fabric_core_fsdp.model_parallel", "ModelParallelStrategy")
 
 
-@hookimpl
-def fabric_core_register_strategies(registry: Registry) -> None:
-    """Register ``fsdp``, ``fsdp_cpu_offload``, ``fsdp1``, ``fsdp1_cpu_offload`` and ``model_parallel``."""
-    registry.add(
-        "fsdp",
-        _FSDP,
-        description="Fully sharded data parallel (FSDP2 fully_shard); the script runs again once per device.",
-        defaults={"start_method": "popen"},
-        requires=_REQUIRES,
+#: ``fsdp``, ``fsdp_cpu_offload``, ``fsdp1``, ``fsdp1_cpu_offload`` and ``model_parallel``.
+fabric_core_register_strategies = registers(
+    *(
+        component(name, target, description=description, defaults=defaults, requires=_REQUIRES)
+        for name, target, description, defaults in (
+            (
+                "fsdp",
+                _FSDP,
+                "Fully sharded data parallel (FSDP2 fully_shard); the script runs again once per device.",
+                {"start_method": "popen"},
+            ),
+            (
+                "fsdp_cpu_offload",
+                _FSDP,
+                "fsdp with parameters, gradients and optimizer state offloaded to CPU memory (needs a GPU).",
+                {"start_method": "popen", "cpu_offload": True},
+            ),
+            (
+                "fsdp1",
+                _FSDP1,
+                "Fully sharded data parallel with FSDP1 (FullyShardedDataParallel), for code calling its API.",
+                {"start_method": "popen"},
+            ),
+            (
+                "fsdp1_cpu_offload",
+                _FSDP1,
+                "fsdp1 with parameters and gradients offloaded to CPU memory (needs a GPU).",
+                {"start_method": "popen", "cpu_offload": True},
+            ),
+            (
+                "model_parallel",
+                _MODEL_PARALLEL,
+                "Tensor parallel + FSDP2 over a 2-D device mesh, applied by your parallelize_fn(model, mesh).",
+                {"start_method": "popen"},
+            ),
+        )
     )
-    registry.add(
-        "fsdp_cpu_offload",
-        _FSDP,
-        description="fsdp with parameters, gradients and optimizer state offloaded to CPU memory (needs a GPU).",
-        defaults={"start_method": "popen", "cpu_offload": True},
-        requires=_REQUIRES,
-    )
-    registry.add(
-        "fsdp1",
-        _FSDP1,
-        description="Fully sharded data parallel with FSDP1 (FullyShardedDataParallel), for code calling its API.",
-        defaults={"start_method": "popen"},
-        requires=_REQUIRES,
-    )
-    registry.add(
-        "fsdp1_cpu_offload",
-        _FSDP1,
-        description="fsdp1 with parameters and gradients offloaded to CPU memory (needs a GPU).",
-        defaults={"start_method": "popen", "cpu_offload": True},
-        requires=_REQUIRES,
-    )
-    registry.add(
-        "model_parallel",
-        _MODEL_PARALLEL,
-        description="Tensor parallel + FSDP2 over a 2-D device mesh, applied by your parallelize_fn(model, mesh).",
-        defaults={"start_method": "popen"},
-        requires=_REQUIRES,
-    )
-
-
-@hookimpl
-def fabric_core_register_precisions(registry: Registry) -> None:
-    """Register ``fsdp-32-true``, ``fsdp-bf16-mixed``, ... (chosen for FSDP by the selection hook)."""
-    for precision in FSDP_PRECISIONS:
-        registry.add(
+)
+#: ``fsdp-32-true``, ``fsdp-bf16-mixed``, ... (chosen for FSDP by the selection hook).
+fabric_core_register_precisions = registers(
+    *(
+        component(
             f"fsdp-{precision}",
             _PRECISION,
             description=f"{precision} under FSDP: an FSDP2 MixedPrecisionPolicy (+ grad scaler for 16-mixed).",
             defaults={"precision": precision},
             requires=_REQUIRES,
         )
+        for precision in FSDP_PRECISIONS
+    )
+)
 
 
 @hookimpl
@@ -133,9 +133,11 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
         )
 
 
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning paths of the FSDP and model-parallel strategies and the FSDP precision."""
-    registry.add("strategies.fsdp", "fabric_core_fsdp.fsdp")
-    registry.add("strategies.model_parallel", "fabric_core_fsdp.model_parallel")
-    registry.add("plugins.precision.fsdp", "fabric_core_fsdp.precision")
+#: The Lightning paths of the FSDP and model-parallel strategies and the FSDP precision.
+fabric_core_register_modules = module_paths(
+    {
+        "strategies.fsdp": "fabric_core_fsdp.fsdp",
+        "strategies.model_parallel": "fabric_core_fsdp.model_parallel",
+        "plugins.precision.fsdp": "fabric_core_fsdp.precision",
+    }
+)

@@ -5,27 +5,28 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import InvalidConfigError, hookimpl
+from fabric_core.plugin_api import InvalidConfigError, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import SelectionContext
 
 #: Above the cpu (0), below XLA (30); cuda shares the band: no machine has both.
 PRIORITY: Final = 20
 #: Strategy names of the multi-process families (ddp, dp, deepspeed, fsdp and their aliases).
 PARALLEL_PREFIXES: Final = ("ddp", "dp", "deepspeed", "fsdp")
 
-
-@hookimpl
-def fabric_core_register_accelerators(registry: Registry) -> None:
-    """Register ``"mps"``, found by ``accelerator="auto"`` on Apple silicon."""
-    registry.add(
+#: ``"mps"``, found by ``accelerator="auto"`` on Apple silicon.
+fabric_core_register_accelerators = registers(
+    component(
         "mps",
         "fabric_core_mps.accelerator:MPSAccelerator",
         description="The GPU of Apple silicon Macs (Metal Performance Shaders); one process.",
         priority=PRIORITY,
         probe="fabric_core_mps.accelerator:probe",
     )
+)
+#: The Lightning path of the MPS accelerator (``fabric_core.accelerators.mps``).
+fabric_core_register_modules = module_paths({"accelerators.mps": "fabric_core_mps.accelerator"})
 
 
 @hookimpl
@@ -60,9 +61,3 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
             argument="strategy",
             value=context.strategy,
         )
-
-
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning path of the MPS accelerator (``fabric_core.accelerators.mps``)."""
-    registry.add("accelerators.mps", "fabric_core_mps.accelerator")

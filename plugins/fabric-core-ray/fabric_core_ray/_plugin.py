@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from fabric_core.plugin_api import component, registers
 
-from fabric_core.plugin_api import hookimpl
-
-if TYPE_CHECKING:
-    from fabric_core.plugin_api import Registry
-
-
-@hookimpl
-def fabric_core_register_environments(registry: Registry) -> None:
-    registry.add(
+fabric_core_register_environments = registers(
+    component(
         "ray",
         "fabric_core_ray.environment:RayEnvironment",
         description="A Ray Train worker: ranks and world size from ray.train.get_context().",
@@ -21,12 +14,11 @@ def fabric_core_register_environments(registry: Registry) -> None:
         priority=50,
         probe="fabric_core_ray.environment:RayEnvironment.detect",
     )
-
-
-@hookimpl
-def fabric_core_register_runners(registry: Registry) -> None:
-    registry.add(
+)
+fabric_core_register_runners = registers(
+    component(
         "ray",
         "fabric_core_ray.launch:runner",
         description="Ray Train starts --num-workers processes on a Ray cluster (--address; a local one by default).",
     )
+)

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from fabric_core.plugin_api import component, module_paths, registers
 
-from fabric_core.plugin_api import hookimpl
-
-if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry
-
-
-@hookimpl
-def fabric_core_register_loggers(registry: Registry) -> None:
-    """Register ``"tensorboard"``."""
-    registry.add(
+fabric_core_register_loggers = registers(
+    component(
         "tensorboard",
         "fabric_core_tensorboard.logger:TensorBoardLogger",
         description="Write scalars, hyperparameters and graphs as TensorBoard event files.",
@@ -21,9 +13,6 @@ def fabric_core_register_loggers(registry: Registry) -> None:
         defaults={"root_dir": "."},
         requires=("tensorboard",),
     )
-
-
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning path of the TensorBoard logger (``fabric_core.loggers.tensorboard``)."""
-    registry.add("loggers.tensorboard", "fabric_core_tensorboard.logger")
+)
+#: The Lightning path of the TensorBoard logger (``fabric_core.loggers.tensorboard``).
+fabric_core_register_modules = module_paths({"loggers.tensorboard": "fabric_core_tensorboard.logger"})

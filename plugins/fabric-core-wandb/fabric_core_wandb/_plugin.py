@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from fabric_core.plugin_api import component, registers
 
-from fabric_core.plugin_api import hookimpl
-
-if TYPE_CHECKING:
-    from fabric_core.plugin_api import Registry
-
-
-@hookimpl
-def fabric_core_register_loggers(registry: Registry) -> None:
-    """Register ``"wandb"``."""
-    registry.add(
+fabric_core_register_loggers = registers(
+    component(
         "wandb",
         "fabric_core_wandb.logger:WandbLogger",
         description="Log metrics, hyperparameters (as config) and artifacts to one Weights & Biases run (rank 0).",
         requires=("wandb>=0.17",),
     )
+)

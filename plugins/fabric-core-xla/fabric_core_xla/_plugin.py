@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import InvalidConfigError, MissingPackageError, hookimpl
+from fabric_core.plugin_api import InvalidConfigError, MissingPackageError, component, hookimpl, module_paths, registers
 from fabric_core_xla._names import PRECISIONS, STRATEGIES, TPU_PATHS, precision_entry
 
 if TYPE_CHECKING:
-    from fabric_core.plugin_api import ModuleRegistry, Registry, SelectionContext
+    from fabric_core.plugin_api import SelectionContext
 
 #: Above every other accelerator: a host with TPUs wants them, even if it also has a GPU.
 PRIORITY: Final = 30
@@ -21,10 +21,9 @@ _STRATEGY_CLASSES: Final = (
 )
 
 
-@hookimpl
-def fabric_core_register_accelerators(registry: Registry) -> None:
-    """Register ``"tpu"`` (alias ``"xla"``), found by ``accelerator="auto"`` first."""
-    registry.add(
+#: ``"tpu"`` (alias ``"xla"``), found by ``accelerator="auto"`` first.
+fabric_core_register_accelerators = registers(
+    component(
         "tpu",
         f"{_PKG}.accelerator:XLAAccelerator",
         description="TPUs (and other PJRT devices) through torch_xla; needs `pip install torch_xla`.",
@@ -32,38 +31,35 @@ def fabric_core_register_accelerators(registry: Registry) -> None:
         priority=PRIORITY,
         probe=f"{_PKG}.accelerator:probe",
     )
-
-
-@hookimpl
-def fabric_core_register_strategies(registry: Registry) -> None:
-    """Register ``"xla"``, ``"single_xla"`` and ``"xla_fsdp"``."""
-    registry.add(
+)
+#: ``"xla"``, ``"single_xla"`` and ``"xla_fsdp"``.
+fabric_core_register_strategies = registers(
+    component(
         "xla",
         f"{_PKG}.strategy:XLAStrategy",
         description="One process per XLA device (xmp.spawn); gradients averaged in the optimizer step.",
-    )
-    registry.add(
-        "single_xla",
-        f"{_PKG}.single_device:SingleDeviceXLAStrategy",
-        description="One process on one XLA device.",
-    )
-    registry.add(
+    ),
+    component(
+        "single_xla", f"{_PKG}.single_device:SingleDeviceXLAStrategy", description="One process on one XLA device."
+    ),
+    component(
         "xla_fsdp",
         f"{_PKG}.fsdp:XLAFSDPStrategy",
         description="Fully sharded data parallel on XLA devices (XlaFullyShardedDataParallel).",
-    )
-
-
-@hookimpl
-def fabric_core_register_precisions(registry: Registry) -> None:
-    """Register ``"xla-32-true"``, ``"xla-16-true"``, ``"xla-bf16-true"`` (chosen for the XLA strategies)."""
-    for precision in PRECISIONS:
-        registry.add(
+    ),
+)
+#: ``"xla-32-true"``, ``"xla-16-true"``, ``"xla-bf16-true"`` (chosen for the XLA strategies).
+fabric_core_register_precisions = registers(
+    *(
+        component(
             precision_entry(precision),
             f"{_PKG}.precision:XLAPrecision",
             description=f"{precision} on XLA devices, stepped with xm.optimizer_step.",
             defaults={"precision": precision},
         )
+        for precision in PRECISIONS
+    )
+)
 
 
 @hookimpl
@@ -167,17 +163,18 @@ def fabric_core_validate_selection(context: SelectionContext) -> None:
         )
 
 
-@hookimpl
-def fabric_core_register_modules(registry: ModuleRegistry) -> None:
-    """The Lightning paths of the XLA accelerator, strategies, launcher, environment, checkpoint I/O and precision."""
-    registry.add("accelerators.xla", "fabric_core_xla.accelerator")
-    registry.add("strategies.xla", "fabric_core_xla.strategy")
-    registry.add("strategies.single_xla", "fabric_core_xla.single_device")
-    registry.add("strategies.xla_fsdp", "fabric_core_xla.fsdp")
-    registry.add("strategies.launchers.xla", "fabric_core_xla.launcher")
-    registry.add("plugins.environments.xla", "fabric_core_xla.environment")
-    registry.add("plugins.io.xla", "fabric_core_xla.checkpoint_io")
-    registry.add("plugins.precision.xla", "fabric_core_xla.precision")
-    # Lightning's deprecated TPU paths: one module for all five, as Lightning's are.
-    for path in TPU_PATHS:
-        registry.add(path, f"{_PKG}.tpu")
+#: The Lightning paths of the XLA accelerator, strategies, launcher, environment, checkpoint I/O and precision,
+#: and Lightning's deprecated TPU paths: one module for all five, as Lightning's are.
+fabric_core_register_modules = module_paths(
+    {
+        "accelerators.xla": f"{_PKG}.accelerator",
+        "strategies.xla": f"{_PKG}.strategy",
+        "strategies.single_xla": f"{_PKG}.single_device",
+        "strategies.xla_fsdp": f"{_PKG}.fsdp",
+        "strategies.launchers.xla": f"{_PKG}.launcher",
+        "plugins.environments.xla": f"{_PKG}.environment",
+        "plugins.io.xla": f"{_PKG}.checkpoint_io",
+        "plugins.precision.xla": f"{_PKG}.precision",
+        **dict.fromkeys(TPU_PATHS, f"{_PKG}.tpu"),
+    }
+)
