@@ -9,6 +9,7 @@ from torch.optim import Optimizer
 
 from fabric_core._signature import hooks
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.utilities.types import Optimizable
 from fabric_core.wrappers._plan import overrides, step_plan
 
 __all__ = ["FabricOptimizer"]
@@ -54,8 +55,14 @@ class _FabricOptimizer(Optimizer):
             (hook, {k: v for k, v in kwargs.items() if keywords is None or k in keywords})
             for hook, keywords in hooks(callbacks or (), "on_after_optimizer_step")
         ]
+        # Lightning's contract: a strategy whose `model` is itself an optimizer steps that instead (asked per step).
+        self._steps_model = hasattr(strategy, "model")
         # A strategy that replaces `optimizer_step` is simply called; only the stock one asks its precision.
-        self._plain_step = not overrides(strategy, Strategy, "optimizer_step") and step_plan(strategy).plain_step
+        self._plain_step = (
+            not self._steps_model
+            and not overrides(strategy, Strategy, "optimizer_step")
+            and step_plan(strategy).plain_step
+        )
         # `zero_grad` only ever delegates: the original's bound method, as an instance attribute, answers the
         # call without a wrapper frame (a quarter of a microsecond per step).
         self.zero_grad = optimizer.zero_grad  # type: ignore[method-assign]
@@ -97,7 +104,12 @@ class _FabricOptimizer(Optimizer):
             output = optimizer.step() if closure is None else optimizer.step(closure)
         else:
             kwargs = {} if closure is None else {"closure": closure}
-            output = state["_strategy"].optimizer_step(optimizer, **kwargs)
+            strategy = state["_strategy"]
+            if state["_steps_model"]:
+                model = strategy.model
+                if model is not None and isinstance(model, Optimizable):
+                    optimizer = model
+            output = strategy.optimizer_step(optimizer, **kwargs)
         for hook, hook_kwargs in state["_after_step"]:
             hook(**hook_kwargs)
         return output

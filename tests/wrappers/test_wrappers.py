@@ -322,6 +322,30 @@ def test_optimizer_step_goes_through_the_strategy_and_tells_callbacks() -> None:
     assert steps == ["strategy", "callback:SGD", "kwargs:optimizer,strategy"]
 
 
+@pytest.mark.parametrize("package", ["lightning_fabric", "fabric_core"])
+def test_a_strategy_whose_model_is_an_optimizer_steps_that_one(package: str) -> None:
+    """Lightning's contract: ``step()`` hands the strategy its ``model`` when that is itself an optimizer."""
+    import importlib
+
+    pytest.importorskip(package)
+    strategies = importlib.import_module(f"{package}.strategies")
+    wrappers = importlib.import_module(f"{package}.wrappers")
+
+    class Holding(strategies.SingleDeviceStrategy):
+        model: Any = None
+
+    weight, main = nn.Parameter(torch.ones(1)), nn.Parameter(torch.ones(1))
+    weight.grad, main.grad = torch.ones(1), torch.ones(1)
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    strategy = Holding(device=torch.device("cpu"))
+    strategy.model = torch.optim.SGD([main], lr=1.0)
+    wrappers._FabricOptimizer(optimizer=optimizer, strategy=strategy).step()
+    assert (main.item(), weight.item()) == (0.0, 1.0)
+    strategy.model = nn.Linear(1, 1)  # a model that is no optimizer: the wrapped optimizer steps
+    wrappers._FabricOptimizer(optimizer=optimizer, strategy=strategy).step()
+    assert (main.item(), weight.item()) == (0.0, 0.0)
+
+
 def test_optimizer_attributes_fall_through_to_the_original() -> None:
     net = nn.Linear(4, 2)
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
