@@ -19,18 +19,9 @@ from fabric_core.errors import UnknownOptionError
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.precision.precision import Precision
 from fabric_core.strategies.strategy import Strategy
+from fabric_core.strategies.wiring import PARALLEL_WIRING_ORDER as WIRING
 
 CPU = torch.device("cpu")
-WIRING = (
-    "accelerator",
-    "parallel_devices",
-    "cluster_environment",
-    "checkpoint_io",
-    "precision",
-    "process_group_backend",
-    "timeout",
-    "start_method",
-)
 CLASSES = (
     "SingleDeviceStrategy",
     "ParallelStrategy",

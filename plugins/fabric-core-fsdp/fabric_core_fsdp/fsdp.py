@@ -101,6 +101,9 @@ POSITIONAL_ORDER: Final = (
     "state_dict_type",
     "device_mesh",
 )
+#: How both FSDP strategies' constructors take the arguments every parallel strategy takes: in Lightning's
+#: positional order above, with processes started by ``popen`` (see :func:`~fabric_core.strategies.wiring.wired`).
+fsdp_wiring: Final = wired(ParallelWiring, positional=POSITIONAL_ORDER, start_method="popen")
 
 
 class FSDPStrategy(ShardedStrategy):
@@ -159,11 +162,7 @@ class FSDPStrategy(ShardedStrategy):
 
     model_kind: ClassVar[str] = "FSDP"
 
-    @wired(
-        ParallelWiring,
-        positional=POSITIONAL_ORDER,
-        start_method="popen",
-    )
+    @fsdp_wiring
     def __init__(
         self,
         auto_wrap_policy: Policy | Callable[[Module], bool] | None = None,

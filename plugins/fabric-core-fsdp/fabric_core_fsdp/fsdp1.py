@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 from fabric_core.errors import ArgumentTypeError, InvalidConfigError
 from fabric_core.io.weights.pieces import Piece, persistent_targets
 from fabric_core.strategies.parallel import check_forwarded_options
-from fabric_core.strategies.wiring import ParallelWiring, split_wiring, wired
+from fabric_core.strategies.wiring import split_wiring
 from fabric_core.utilities.rank_zero import rank_zero_warn
 from fabric_core_fsdp._fsdp1 import parse_sharding
 from fabric_core_fsdp._sharded import ShardedStrategy, move_metrics_to_device
@@ -35,7 +35,7 @@ from fabric_core_fsdp._wrapper import (
     summoned,
     wrap_policy,
 )
-from fabric_core_fsdp.fsdp import POSITIONAL_ORDER, FSDPStrategy
+from fabric_core_fsdp.fsdp import FSDPStrategy, fsdp_wiring
 from fabric_core_fsdp.precision import FSDPPrecision
 
 __all__ = ["FSDP1Strategy"]
@@ -86,11 +86,7 @@ class FSDP1Strategy(FSDPStrategy):
         UnknownShardingStrategyError: An unknown ``sharding_strategy`` name (also a ``KeyError``).
     """
 
-    @wired(
-        ParallelWiring,
-        positional=POSITIONAL_ORDER,
-        start_method="popen",
-    )
+    @fsdp_wiring
     def __init__(
         self,
         auto_wrap_policy: Any = None,
