@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from fabric_core._deferred import lightning_reexports
+from fabric_core.errors import InvalidConfigError
 
 __all__ = ["Accelerator"]
 
@@ -55,6 +56,20 @@ class Accelerator(ABC):
 
     def teardown(self) -> None:  # noqa: B027 - optional hook
         """Release what :meth:`setup_device` acquired."""
+
+    def _check_device_type(self, device: torch.device) -> None:
+        """Refuse a ``device`` of another type than :attr:`device_type` (for :meth:`setup_device`).
+
+        Raises:
+            InvalidConfigError: ``device`` is not one of this accelerator's devices.
+        """
+        if device.type != self.device_type:
+            raise InvalidConfigError(
+                f"`{type(self).__name__}.setup_device({device})`: Device should be {self.device_type.upper()}, got "
+                f"{device} instead.",
+                argument="device",
+                value=device,
+            )
 
     @staticmethod
     @abstractmethod

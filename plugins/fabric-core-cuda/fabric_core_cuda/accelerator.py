@@ -47,12 +47,7 @@ class CUDAAccelerator(Accelerator):
         Raises:
             InvalidConfigError: ``device`` is not a CUDA device.
         """
-        if device.type != "cuda":
-            raise InvalidConfigError(
-                f"`CUDAAccelerator.setup_device({device})`: Device should be CUDA, got {device} instead.",
-                argument="device",
-                value=device,
-            )
+        self._check_device_type(device)
         _check_cuda_matmul_precision(device)
         torch.cuda.set_device(device)
 

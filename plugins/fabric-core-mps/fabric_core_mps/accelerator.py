@@ -7,7 +7,6 @@ from typing import Any, Final
 import torch
 
 from fabric_core.accelerators.accelerator import Accelerator
-from fabric_core.errors import InvalidConfigError
 from fabric_core.utilities.device_parser import parse_device_ids
 from fabric_core_mps import device
 
@@ -28,12 +27,7 @@ class MPSAccelerator(Accelerator):
         Raises:
             InvalidConfigError: ``device`` is not an MPS device.
         """
-        if device.type != "mps":
-            raise InvalidConfigError(
-                f"`MPSAccelerator.setup_device({device})`: Device should be MPS, got {device} instead.",
-                argument="device",
-                value=device,
-            )
+        self._check_device_type(device)
 
     def teardown(self) -> None:
         """Give the memory cached by torch's MPS allocator back to the system."""
