@@ -7,6 +7,7 @@ from typing import Final, Literal
 import torch
 from torch.amp import GradScaler
 from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from fabric_core.errors import InvalidConfigError
 from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, true_conversions
@@ -36,16 +37,16 @@ class FSDPPrecision(LossScaling):
       FSDP all-gathers them in bf16/fp16 for forward and backward (``MixedPrecisionPolicy(param_dtype=...)``)
       and reduces gradients in float32. The forward also runs under ``torch.autocast`` so that tensors the
       model creates itself, and numerically sensitive ops, get the right dtype. ``"16-mixed"`` scales the loss
-      with a ``torch.amp.GradScaler``: FSDP2 gradients are DTensors, and DTensor's unscale reduces the
-      inf/NaN check over the mesh, so every rank skips the same steps (no FSDP1 ``ShardedGradScaler``
-      needed).
+      with a ``ShardedGradScaler``, as in Lightning: its unscale all-reduces the inf/NaN check over the
+      processes, so every rank skips the same steps (FSDP2's DTensor gradients are reduced over the mesh as
+      well: a plain ``torch.amp.GradScaler`` would do, at one scalar all-reduce less per step).
     * ``"bf16-true"`` / ``"16-true"``: the module is cast to bf16/fp16 before sharding and stays there
       (no float32 master weights: small updates can be lost).
 
     Args:
         precision: One of ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``.
-        scaler: The grad scaler for ``"16-mixed"``; by default ``torch.amp.GradScaler(device)``. The
-            ``ShardedGradScaler`` that Lightning code passes works the same (it is a ``GradScaler``).
+        scaler: The grad scaler for ``"16-mixed"``; by default ``ShardedGradScaler(device)``. A plain
+            ``torch.amp.GradScaler`` works too under FSDP2.
         device: The device type autocast runs on (``"cuda"``, ``"cpu"``), or a device.
 
     Raises:
@@ -75,7 +76,7 @@ class FSDPPrecision(LossScaling):
         self.is_true: Final = mode[1]
         self.device: Final = device.type if isinstance(device, torch.device) else str(device)
         if scaler is None and precision == "16-mixed":
-            scaler = GradScaler(self.device)
+            scaler = ShardedGradScaler(self.device)
         if self.dtype == torch.float32:  # nothing to convert and no autocast: the wrappers call the module directly
             self._conversions = NO_CONVERSIONS
         elif self.is_true:  # cast before sharding, and stay there

@@ -24,7 +24,7 @@ two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs 2 CUDA GPUs")
 
 @pytest.mark.parametrize(
     ("strategy", "precision", "scaler"),
-    [("fsdp", "32-true", None), ("fsdp", "16-mixed", "GradScaler"), ("fsdp_cpu_offload", "32-true", None)],
+    [("fsdp", "32-true", None), ("fsdp", "16-mixed", "ShardedGradScaler"), ("fsdp_cpu_offload", "32-true", None)],
 )
 def test_one_gpu_trains_and_round_trips_a_sharded_checkpoint(
     tmp_path: Path, run_job: Any, reports: Any, strategy: str, precision: str, scaler: str | None

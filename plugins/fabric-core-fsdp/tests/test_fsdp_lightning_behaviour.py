@@ -233,3 +233,13 @@ def test_parallelize_fn_must_return_a_module() -> None:
         TypeError,
         "The `parallelize_fn` must return a `nn.Module` instance, but got: NoneType",
     )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_16_mixed_scales_with_a_sharded_grad_scaler(device: str) -> None:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    theirs = lightning_precision.FSDPPrecision(precision="16-mixed").scaler
+    ours = FSDPPrecision(precision="16-mixed", device=device).scaler
+    assert isinstance(theirs, ShardedGradScaler) and isinstance(ours, ShardedGradScaler)
+    assert ours._device == device  # the scaler's device is the precision's (Lightning's is always CUDA)

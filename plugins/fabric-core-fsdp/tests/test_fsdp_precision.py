@@ -50,7 +50,9 @@ def test_full_precision_changes_nothing() -> None:
 
 
 def test_16_mixed_scales_the_loss_and_steps_through_the_scaler() -> None:
-    plugin = FSDPPrecision("16-mixed", device="cpu")
+    # The default ShardedGradScaler all-reduces its inf check over the process group FSDP always has (stepped on
+    # two processes in test_fsdp_training.py); in this process without one, a plain GradScaler does the same.
+    plugin = FSDPPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))
     assert plugin.scaler is not None
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
