@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from fabric_core._distributed import collectives
-from fabric_core.utilities.distributed import _suggested_max_num_threads
+from fabric_core.utilities.distributed import _is_dtensor, _suggested_max_num_threads
 
 __all__ = [
     "all_gather_if_available",
@@ -100,9 +100,5 @@ def all_gather_if_available(tensor: Tensor, group: Any = None, sync_grads: bool 
         return torch.stack(all_gather(tensor, group if group is not None else dist.group.WORLD))  # type: ignore[no-untyped-call]
 
 
-def is_dtensor(tensor: Any) -> bool:
-    """Whether ``tensor`` is a DTensor; answered without importing DTensor where nothing created one yet."""
-    import sys
-
-    module = sys.modules.get("torch.distributed.tensor")
-    return module is not None and isinstance(tensor, module.DTensor)
+#: Whether a tensor is a DTensor (the helper lives at Lightning's path).
+is_dtensor = _is_dtensor

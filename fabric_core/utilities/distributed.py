@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import signal
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -174,11 +175,11 @@ def _is_dtensor(tensor: Any) -> bool:
     """Whether ``tensor`` is a DTensor (what presents itself as one counts, as for ``isinstance``).
 
     Lightning's helper: it reads ``_TORCH_GREATER_EQUAL_2_4`` here at call time (before torch 2.4 nothing is a
-    DTensor to Lightning's code), so that a test that patches the flag sees the answer Lightning gives.
+    DTensor to Lightning's code), so that a test that patches the flag sees the answer Lightning gives. It is
+    answered without importing DTensor where nothing created one yet.
     """
-    from fabric_core.utilities._process_group import is_dtensor
-
-    return _TORCH_GREATER_EQUAL_2_4 and is_dtensor(tensor)
+    module = sys.modules.get("torch.distributed.tensor")
+    return _TORCH_GREATER_EQUAL_2_4 and module is not None and isinstance(tensor, module.DTensor)
 
 
 def _suggested_max_num_threads(num_processes: int = 1) -> int:
