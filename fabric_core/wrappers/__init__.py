@@ -66,6 +66,9 @@ _LIGHTNING_MODULE_STEP_METHODS = ("training_step", "validation_step", "test_step
 T_destination = TypeVar("T_destination", bound=dict[str, Any])
 
 
+_UNRECORDED: Any = object()
+
+
 def _unwrap_compiled(obj: Any) -> tuple[Any, dict[str, Any] | None]:
     """Lightning's form of :func:`unwrap_compiled`: the module inside ``torch.compile`` and how to compile again.
 
@@ -73,12 +76,24 @@ def _unwrap_compiled(obj: Any) -> tuple[Any, dict[str, Any] | None]:
     module recorded (``_compile_kwargs``, as Lightning's wrapper of ``torch.compile`` records them), or, for a
     module compiled without that record (fabric-core does not wrap ``torch.compile``), a handle that
     :func:`_to_compiled` turns back into the same compilation, read from the compiled module.
+
+    Raises:
+        RuntimeError: The module's record was set to ``None`` (as Lightning, which then knows nothing of how it
+            was compiled): the record is there and says nothing, so it is not guessed past.
     """
     inner, compiled = unwrap_compiled(obj)
     if compiled is None:
         return inner, None
-    recorded = getattr(compiled, "_compile_kwargs", None)
-    return inner, recorded if recorded is not None else {"compiled": compiled}
+    recorded = getattr(compiled, "_compile_kwargs", _UNRECORDED)
+    if recorded is _UNRECORDED:
+        return inner, {"compiled": compiled}
+    if recorded is None:
+        raise RuntimeError(
+            "Failed to determine the arguments that were used to compile the module: its `_compile_kwargs` record "
+            "is None. Compile it again with `torch.compile(module, ...)`, or delete the attribute so that "
+            "fabric-core reads the compilation from the module."
+        )
+    return inner, recorded
 
 
 def _to_compiled(module: Module, compile_kwargs: dict[str, Any]) -> Module:

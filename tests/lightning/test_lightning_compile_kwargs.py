@@ -60,3 +60,26 @@ def test_the_set_up_module_is_compiled_again_and_keeps_the_record(fabric_class: 
 def test_compiling_with_arguments_records_them(fabric_class: Any, module: Any) -> None:
     recompiled = module._to_compiled(nn.Linear(2, 2), dict(ARGUMENTS))
     assert recompiled._compile_kwargs == ARGUMENTS
+
+
+@LIBRARIES
+def test_a_record_set_to_none_is_an_error_not_a_guess(fabric_class: Any, module: Any) -> None:
+    # Lightning's test_unwrap_compiled: the record is there and says nothing.
+    compiled = compiled_with_record(nn.Linear(2, 2))
+    compiled._compile_kwargs = None
+    with pytest.raises(RuntimeError, match="Failed to determine the arguments that were used to compile the module"):
+        module._unwrap_compiled(compiled)
+
+
+def test_a_module_compiled_without_a_record_is_compiled_again_from_itself() -> None:
+    # fabric-core does not wrap torch.compile: without a record it reads the compilation from the module.
+    # (Importing Lightning above wrapped torch.compile for this process, so the record is taken away.)
+    model = nn.Linear(2, 2)
+    compiled = torch.compile(model, dynamic=False)
+    for holder in (compiled, model):  # torch 2.13's compiled module keeps attributes set on it on the original
+        vars(holder).pop("_compile_kwargs", None)
+    assert not hasattr(compiled, "_compile_kwargs")
+    inner, handle = wrappers._unwrap_compiled(compiled)
+    assert inner is model and handle == {"compiled": compiled}
+    again = wrappers._to_compiled(nn.Linear(2, 2), handle)
+    assert isinstance(again, torch._dynamo.eval_frame.OptimizedModule) and again is not compiled
