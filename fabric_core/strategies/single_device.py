@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -19,6 +19,8 @@ __all__ = ["SingleDeviceStrategy"]
 
 class SingleDeviceStrategy(Strategy):
     """Runs everything in this process on one device; collectives are the identity."""
+
+    backward_sync_is_noop: ClassVar[bool] = True  # nothing to synchronise
 
     @wired(Wiring, positional=("device", *WIRING_ORDER))
     def __init__(self, device: torch.device | str | int | None = None, **wiring: Unpack[Wiring]) -> None:

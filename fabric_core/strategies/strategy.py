@@ -98,6 +98,9 @@ class Strategy(ABC):
     single_process: ClassVar[bool] = True
     #: Whether :meth:`all_gather` takes a whole nested collection (else ``Fabric`` calls it per tensor).
     gathers_collections: ClassVar[bool] = False
+    #: Whether ``fabric.no_backward_sync`` has nothing to skip here, so that it does nothing and says nothing
+    #: (one device; a strategy that reduces gradients in its optimizer step, as XLA's does).
+    backward_sync_is_noop: ClassVar[bool] = False
 
     @classmethod  # noqa: B027 - optional hook
     def register_strategies(cls, strategy_registry: Any) -> None:

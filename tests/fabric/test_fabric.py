@@ -549,6 +549,22 @@ def test_no_backward_sync_is_a_no_op_on_one_device_even_with_a_control() -> None
     assert fabric.strategy.backward_sync_control.calls == []
 
 
+def test_a_strategy_that_declares_nothing_to_skip_gets_a_silent_no_op() -> None:
+    # As Lightning treats its XLA strategy (whose optimizer step reduces the gradients): no control used, no warning.
+    class ReducesInItsStep(PlainStrategy):
+        backward_sync_is_noop = True
+
+    fabric = make_fabric(strategy=ReducesInItsStep())
+    model = fabric.setup(nn.Linear(2, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with fabric.no_backward_sync(model):
+            pass
+    from fabric_core_xla.strategy import XLAStrategy
+
+    assert XLAStrategy.backward_sync_is_noop and not PlainStrategy.backward_sync_is_noop
+
+
 # -- devices and initialisation -------------------------------------------------------------------------
 
 

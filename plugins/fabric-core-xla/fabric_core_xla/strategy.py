@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -51,6 +51,8 @@ class XLAStrategy(ParallelStrategy):
     Raises:
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
+
+    backward_sync_is_noop: ClassVar[bool] = True  # the optimizer step reduces the gradients
 
     @wired(
         DevicesWiring,
