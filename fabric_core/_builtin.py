@@ -9,10 +9,9 @@ Its selection hooks are ``trylast``: they give the core's default answer when no
 from __future__ import annotations
 
 import sys
-import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
+from fabric_core.plugin_api import InvalidConfigError, bf16_on_cpu, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
     from fabric_core.plugin_api import Entry, SelectionContext
@@ -172,15 +171,7 @@ def fabric_core_select_strategy(requested: str, context: SelectionContext) -> st
 
 @hookimpl(trylast=True)
 def fabric_core_select_precision(requested: str, context: SelectionContext) -> str | None:
-    if requested == "16-mixed" and context.device_type == "cpu":
-        warnings.warn(
-            # Lightning's sentence, then why.
-            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on CPU. "
-            "Using `precision='bf16-mixed'` instead: fp16 autocast on CPU is slow and needs no gradient scaler.",
-            FabricCoreWarning,
-            stacklevel=2,
-        )
-        requested = "bf16-mixed"
+    requested = bf16_on_cpu(requested, context)
     if requested in ("16-mixed", "bf16-mixed"):
         from fabric_core.utilities.rank_zero import rank_zero_info
 

@@ -61,6 +61,7 @@ derive from :class:`FabricCoreError`; warnings derive from :class:`FabricCoreWar
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -123,6 +124,7 @@ __all__ = [
     "Spec",
     "UnknownNameError",
     "UnknownOptionError",
+    "bf16_on_cpu",
     "component",
     "component_kind",
     "hookimpl",
@@ -187,3 +189,22 @@ def module_paths(modules: Mapping[str, str]) -> Callable[[ModuleRegistry], None]
             registry.add(path, module)
 
     return hookimpl(register)
+
+
+def bf16_on_cpu(requested: str, context: SelectionContext) -> str:
+    """``requested``, except ``"16-mixed"`` on a CPU: ``"bf16-mixed"``, with Lightning's warning.
+
+    Lightning makes this choice once, whatever the strategy: each ``fabric_core_select_precision``
+    implementation that serves ``"16-mixed"`` asks here first, so every strategy answers and warns alike.
+    """
+    if requested != "16-mixed" or context.device_type != "cpu":
+        return requested
+    warnings.warn(
+        # Lightning's sentence, then the strategy and why.
+        "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on CPU. "
+        f"Using `precision='bf16-mixed'` instead under strategy {context.strategy!r}: fp16 autocast on CPU is slow, "
+        "and bf16 needs no gradient scaler.",
+        FabricCoreWarning,
+        stacklevel=3,
+    )
+    return "bf16-mixed"

@@ -187,3 +187,13 @@ def test_a_component_with_an_option_registry_add_does_not_take_fails_its_plugin_
     with pytest.warns(plugin_api.PluginWarning, match="prority"):
         assert manager.catalog.find("logger", "lines") is None
     assert manager.catalog.find("logger", "csv") is not None
+
+
+def test_bf16_on_cpu_turns_16_mixed_on_a_cpu_into_bf16_mixed_with_one_warning() -> None:
+    catalog = fabric_core.PluginManager(autoload=False).catalog
+    cpu = plugin_api.SelectionContext(catalog, device_type="cpu", strategy="fsdp")
+    with pytest.warns(plugin_api.FabricCoreWarning, match="AMP with fp16 is not supported on CPU.*strategy 'fsdp'"):
+        assert plugin_api.bf16_on_cpu("16-mixed", cpu) == "bf16-mixed"
+    cuda = plugin_api.SelectionContext(catalog, device_type="cuda")
+    assert plugin_api.bf16_on_cpu("16-mixed", cuda) == "16-mixed"
+    assert plugin_api.bf16_on_cpu("bf16-true", cpu) == "bf16-true"

@@ -4,10 +4,9 @@ nor deepspeed."""
 from __future__ import annotations
 
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
+from fabric_core.plugin_api import InvalidConfigError, bf16_on_cpu, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
     from fabric_core.plugin_api import SelectionContext
@@ -92,14 +91,7 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
     """
     if not _is_deepspeed(context.strategy_class):
         return None
-    if requested == "16-mixed" and context.device_type == "cpu":
-        warnings.warn(
-            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but fp16 is not supported on CPU. Using "
-            "`precision='bf16-mixed'` instead.",
-            FabricCoreWarning,
-            stacklevel=2,
-        )
-        requested = "bf16-mixed"
+    requested = bf16_on_cpu(requested, context)
     return precision_name(requested) if requested in PRECISIONS else None
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Final
 
-from fabric_core.plugin_api import FabricCoreWarning, InvalidConfigError, component, hookimpl, module_paths, registers
+from fabric_core.plugin_api import InvalidConfigError, bf16_on_cpu, component, hookimpl, module_paths, registers
 
 if TYPE_CHECKING:
     from fabric_core.plugin_api import SelectionContext
@@ -98,15 +97,7 @@ def fabric_core_select_precision(requested: str, context: SelectionContext) -> s
     """Under an FSDPStrategy, serve the five FSDP precisions with ``FSDPPrecision``; leave others alone."""
     if not is_fsdp(context.strategy_class) or requested not in FSDP_PRECISIONS:
         return None
-    if requested == "16-mixed" and context.device_type == "cpu":
-        warnings.warn(
-            "You passed `Fabric(accelerator='cpu', strategy='fsdp', precision='16-mixed')` but fp16 autocast is not "
-            "supported on CPU. Using `precision='bf16-mixed'` instead.",
-            FabricCoreWarning,
-            stacklevel=2,
-        )
-        return "fsdp-bf16-mixed"
-    return f"fsdp-{requested}"
+    return f"fsdp-{bf16_on_cpu(requested, context)}"
 
 
 @hookimpl
