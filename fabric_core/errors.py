@@ -43,16 +43,32 @@ __all__ = [
     "install_hint",
 ]
 
-# The one place the core names first-party plugins: which distribution provides a name that is not
-# installed. Kept static so that an error message never has to import anything.
-FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
-    **{("accelerator", n): "fabric-core-cuda" for n in ("cuda", "gpu")},
-    ("accelerator", "mps"): "fabric-core-mps",
-    **{("accelerator", n): "fabric-core-xla" for n in ("tpu", "xla")},
-    **{("strategy", n): "fabric-core-xla" for n in ("xla", "single_xla", "xla_fsdp")},
-    **{
-        ("strategy", n): "fabric-core-ddp"
-        for n in (
+# The one place the core names first-party plugins: the names each distribution provides, by kind, so that an
+# error for a name that is not installed can say what to install. Kept static so that an error message never has
+# to import anything.
+_FIRST_PARTY_NAMES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    "fabric-core-cuda": {
+        "accelerator": ("cuda", "gpu"),
+        # Helper functions Lightning exports next to the classes, which live in a plugin here.
+        "function": ("find_usable_cuda_devices",),
+    },
+    "fabric-core-mps": {"accelerator": ("mps",)},
+    "fabric-core-xla": {
+        "accelerator": ("tpu", "xla"),
+        "strategy": ("xla", "single_xla", "xla_fsdp"),
+        # Classes Lightning's packages re-export from modules that a plugin provides here.
+        "class": (
+            "xlaenvironment",
+            "xlacheckpointio",
+            "tpuaccelerator",
+            "singletpustrategy",
+            "tpuprecision",
+            "tpubf16precision",
+            "xlabf16precision",
+        ),
+    },
+    "fabric-core-ddp": {
+        "strategy": (
             "ddp",
             "ddp_spawn",
             "ddp_fork",
@@ -62,10 +78,9 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
             "dp",
         )
     },
-    **{("strategy", n): "fabric-core-fsdp" for n in ("fsdp", "fsdp_cpu_offload", "model_parallel")},
-    **{
-        ("strategy", n): "fabric-core-deepspeed"
-        for n in (
+    "fabric-core-fsdp": {"strategy": ("fsdp", "fsdp_cpu_offload", "model_parallel")},
+    "fabric-core-deepspeed": {
+        "strategy": (
             "deepspeed",
             "deepspeed_stage_1",
             "deepspeed_stage_2",
@@ -76,26 +91,12 @@ FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
             "deepspeed_stage_3_offload_nvme",
         )
     },
-    **{
-        ("precision", n): "fabric-core-bitsandbytes"
-        for n in ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
-    },
-    ("logger", "tensorboard"): "fabric-core-tensorboard",
-    # Helper functions Lightning exports next to the classes, which live in a plugin here.
-    ("function", "find_usable_cuda_devices"): "fabric-core-cuda",
-    # Classes Lightning's packages re-export from modules that a plugin provides here.
-    **{
-        ("class", n): "fabric-core-xla"
-        for n in (
-            "xlaenvironment",
-            "xlacheckpointio",
-            "tpuaccelerator",
-            "singletpustrategy",
-            "tpuprecision",
-            "tpubf16precision",
-            "xlabf16precision",
-        )
-    },
+    "fabric-core-bitsandbytes": {"precision": ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")},
+    "fabric-core-tensorboard": {"logger": ("tensorboard",)},
+}
+#: ``(kind, name)`` -> the first-party distribution that provides it.
+FIRST_PARTY_HINTS: Final[dict[tuple[str, str], str]] = {
+    (kind, name): dist for dist, kinds in _FIRST_PARTY_NAMES.items() for kind, names in kinds.items() for name in names
 }
 
 
