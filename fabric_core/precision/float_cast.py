@@ -135,7 +135,8 @@ def supported(table: Mapping[str, _T], precision: str, call: str, where: str = "
     value = table.get(precision)
     if value is None:
         raise InvalidConfigError(
-            f"{call} is not supported{where}. Valid choices: {', '.join(repr(name) for name in table)}.",
+            # Lightning's sentence for its DeepSpeed and FSDP precisions, which its users' code matches.
+            f"{call} is not supported{where}. `precision` must be one of: {', '.join(repr(name) for name in table)}.",
             argument="precision",
             value=precision,
         )

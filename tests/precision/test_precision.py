@@ -175,7 +175,7 @@ def test_half_init_contexts_create_half_and_restore_the_default(name: str) -> No
 
 
 def test_half_rejects_other_precisions_naming_the_choices() -> None:
-    with pytest.raises(InvalidConfigError, match=r"'16-mixed'.*Valid choices: '16-true', 'bf16-true'"):
+    with pytest.raises(InvalidConfigError, match=r"'16-mixed'.*`precision` must be one of: '16-true', 'bf16-true'"):
         HalfPrecision("16-mixed")
 
 

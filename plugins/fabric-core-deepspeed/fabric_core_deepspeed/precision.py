@@ -8,8 +8,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module
 
-from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import Conversions, FloatCastPrecision
+from fabric_core.precision.float_cast import Conversions, FloatCastPrecision, supported
 
 __all__ = ["SUPPORTED_PRECISIONS", "DeepSpeedPrecision"]
 
@@ -44,14 +43,7 @@ class DeepSpeedPrecision(FloatCastPrecision):
     """
 
     def __init__(self, precision: str = "32-true") -> None:
-        dtype = _DTYPES.get(precision)
-        if dtype is None:
-            raise InvalidConfigError(
-                f"`DeepSpeedPrecision(precision={precision!r})` is not supported in DeepSpeed. `precision` must be one "
-                f"of: {', '.join(repr(name) for name in _DTYPES)}.",
-                argument="precision",
-                value=precision,
-            )
+        dtype = supported(_DTYPES, precision, f"`DeepSpeedPrecision(precision={precision!r})`", " in DeepSpeed")
         self.precision = precision
         self.dtype: Final = dtype
         #: Lightning's name for :attr:`dtype`.

@@ -10,7 +10,7 @@ from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from fabric_core.errors import InvalidConfigError
-from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, true_conversions
+from fabric_core.precision.float_cast import NO_CONVERSIONS, mixed_conversions, supported, true_conversions
 from fabric_core.precision.scaling import LossScaling
 from fabric_core.utilities.rank_zero import rank_zero_warn
 
@@ -56,14 +56,7 @@ class FSDPPrecision(LossScaling):
     def __init__(
         self, precision: str = "32-true", scaler: GradScaler | None = None, *, device: str | torch.device = "cuda"
     ):
-        mode = _MODES.get(precision)
-        if mode is None:
-            raise InvalidConfigError(
-                f"`FSDPPrecision(precision={precision!r})` is not supported in FSDP. `precision` must be one of: "
-                f"{', '.join(repr(name) for name in _MODES)}.",
-                argument="precision",
-                value=precision,
-            )
+        mode = supported(_MODES, precision, f"`FSDPPrecision(precision={precision!r})`", " in FSDP")
         if scaler is not None and precision != "16-mixed":
             raise InvalidConfigError(
                 f"`FSDPPrecision(precision={precision!r}, scaler=...)`: `precision={precision!r}` does not use a "
