@@ -10,7 +10,7 @@ import difflib
 import errno
 import pickle
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "AcceleratorUnavailableError",
@@ -159,7 +159,27 @@ def describe_failure(exc: BaseException, where: str) -> str:
 
 
 class FabricCoreError(Exception):
-    """Base class of every error raised by fabric-core."""
+    """Base class of every error raised by fabric-core.
+
+    Every one pickles as it is (its class, message and attributes), so that an error raised in a worker
+    reaches the process that waits for it: Ray, ``multiprocessing`` and the spawn launcher send errors
+    pickled, and pickle would otherwise call ``__init__`` again with the message alone.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = dict(vars(self))
+        if isinstance(self, OSError):  # OSError keeps these outside the instance dict
+            state.update(errno=self.errno, strerror=self.strerror, filename=self.filename)
+        return _rebuilt_error, (type(self), self.args, state)
+
+
+def _rebuilt_error(cls: type[FabricCoreError], args: tuple[Any, ...], state: dict[str, Any]) -> FabricCoreError:
+    """The error ``cls`` with ``args`` and ``state``, made without calling its ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    for name, value in state.items():
+        setattr(error, name, value)
+    return error
 
 
 class FabricCoreWarning(UserWarning):
