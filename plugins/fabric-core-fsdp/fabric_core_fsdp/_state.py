@@ -52,6 +52,7 @@ from fabric_core.io.distributed import (
 )
 from fabric_core.io.folder import ATTEMPTS, Folder, RemoteFolder, gave_up, open_folder, vanished
 from fabric_core.io.locations import Location, exists, is_dir, is_url, join, location, object_identity
+from fabric_core.io.restore import check_requested_keys
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.strategies.strategy import put_filtered
 from fabric_core.utilities.types import Stateful
@@ -318,18 +319,8 @@ def load(
         # From the path, not its committed name: a load racing a replace may have to start over from it.
         return _load_sharded(strategy, location(path), state, strict, weights_only, set_up)
     checkpoint = strategy.checkpoint_io.load_checkpoint(target, weights_only=weights_only)
-    _check_keys(state, set(checkpoint), strict)
+    check_requested_keys(state, checkpoint, strict)
     return _restore_full(state, checkpoint, strict, set_up)
-
-
-def _check_keys(state: Mapping[str, Any], available: set[str], strict: bool) -> None:
-    if strict:
-        missing = [k for k in state if k not in available]
-        if missing:
-            raise KeyError(
-                f"The requested state contains a key '{missing[0]}' that does not exist in the loaded checkpoint. "
-                "To disable strict loading, set `strict=False`."
-            )
 
 
 def _restore_full(
@@ -397,7 +388,7 @@ def _load_sharded(
             if not _agree(strategy, path, folder, token, failure, last=attempt == ATTEMPTS):
                 continue
             assert folder is not None
-            _check_keys(state, saved | set(meta), strict)
+            check_requested_keys(state, saved | set(meta), strict)
             tensors: dict[str, Any] = {k: get_model_state_dict(m) for k, m in modules.items() if k in saved}
             tensors.update({k: get_optimizer_state_dict(owners[k], o) for k, o in optimizers.items() if k in saved})
             if tensors:
