@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
@@ -21,7 +21,7 @@ from fabric_core.precision.precision import Precision
 from fabric_core.strategies.wiring import WIRING_ORDER, Placement, Wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.init import EmptyInit
-from fabric_core.utilities.types import PathLike, Stateful
+from fabric_core.utilities.types import PathLike, StateFilter, Stateful
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -34,9 +34,7 @@ __all__ = ["BackwardSyncControl", "Stateful", "Strategy", "put_filtered"]
 T = TypeVar("T")
 
 
-def put_filtered(
-    target: dict[str, Any], key: str, value: Any, filter: Mapping[str, Callable[[str, Any], bool]] | None
-) -> None:
+def put_filtered(target: dict[str, Any], key: str, value: Any, filter: StateFilter | None) -> None:
     """Put ``value`` under ``key`` in ``target``, with only the entries that ``filter[key](name, entry)`` keeps.
 
     A dict whose filter keeps none of its entries leaves ``key`` out of ``target`` altogether, as in
@@ -375,7 +373,7 @@ class Strategy(ABC):
     def state_to_save(
         self,
         state: Mapping[str, Any],
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        filter: StateFilter | None = None,
     ) -> dict[str, Any]:
         """Turn modules, optimizers and stateful objects in ``state`` into plain state dicts."""
         converted: dict[str, Any] = {}
@@ -392,11 +390,7 @@ class Strategy(ABC):
         return converted
 
     def save_checkpoint(
-        self,
-        path: PathLike,
-        state: Mapping[str, Any],
-        storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        self, path: PathLike, state: Mapping[str, Any], storage_options: Any = None, filter: StateFilter | None = None
     ) -> None:
         """Write ``state`` to ``path``: only global rank 0 writes."""
         checkpoint = self.state_to_save(state, filter)
@@ -445,6 +439,7 @@ class Strategy(ABC):
             self.accelerator.teardown()
         self.checkpoint_io.teardown()
 
+
 class _Sharded(ABC):
     """Lightning's marker for strategies that shard parameters as modules are created.
 
@@ -463,9 +458,7 @@ class _Sharded(ABC):
         return NotImplemented
 
 
-def _apply_filter(
-    key: str, filter: Mapping[str, Callable[[str, Any], bool]], source_dict: object, target_dict: dict[str, Any]
-) -> None:
+def _apply_filter(key: str, filter: StateFilter, source_dict: object, target_dict: dict[str, Any]) -> None:
     """Lightning's argument order for :func:`put_filtered`."""
     put_filtered(target_dict, key, source_dict, filter)
 

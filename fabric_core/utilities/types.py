@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar, overload, runtime_checkable
 
@@ -57,6 +57,8 @@ __all__ = [
 #: A path as fabric-core's functions take it: a string or any ``os.PathLike`` (``pathlib.Path``).
 PathLike: TypeAlias = str | os.PathLike[str]
 _PATH: TypeAlias = str | Path  # Lightning's name
+#: ``fabric.save``'s ``filter``: per top-level key of the state, a predicate on ``(name, value)`` that keeps an entry.
+StateFilter: TypeAlias = Mapping[str, Callable[[str, Any], bool]]
 
 #: The names above that need torch, built by ``__getattr__`` on first access.
 _TORCH_NAMES: Final = frozenset(

@@ -7,7 +7,7 @@ import copy
 import logging
 import os
 import platform
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,7 +19,7 @@ from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
-from fabric_core.utilities.types import PathLike
+from fabric_core.utilities.types import PathLike, StateFilter
 from fabric_core_deepspeed import _checkpoint, _comm, _config
 
 # The order of Lightning's positional parameters, and Lightning's private names at its ``strategies.deepspeed`` path,
@@ -490,11 +490,7 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def save_checkpoint(
-        self,
-        path: PathLike,
-        state: Mapping[str, Any],
-        storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        self, path: PathLike, state: Mapping[str, Any], storage_options: Any = None, filter: StateFilter | None = None
     ) -> None:
         """Write a DeepSpeed checkpoint folder at ``path``; every rank writes its shards (call it on all).
 

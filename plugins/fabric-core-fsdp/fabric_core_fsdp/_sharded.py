@@ -11,7 +11,7 @@ import os
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
@@ -27,6 +27,7 @@ from fabric_core.io.locations import is_dir
 from fabric_core.strategies.parallel import ParallelStrategy
 from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core.utilities.init import materialize_distributed_module
+from fabric_core.utilities.types import PathLike, StateFilter
 from fabric_core_fsdp import _state
 from fabric_core_fsdp._parameters import ShardedBackwardSyncControl, gathered, local, total_norm
 from fabric_core_fsdp._wrapper import has_fsdp1_units
@@ -254,11 +255,7 @@ class ShardedStrategy(ParallelStrategy):
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def save_checkpoint(
-        self,
-        path: str | os.PathLike[str],
-        state: Mapping[str, Any],
-        storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        self, path: PathLike, state: Mapping[str, Any], storage_options: Any = None, filter: StateFilter | None = None
     ) -> None:
         """Save ``state`` as a sharded folder or, with ``state_dict_type="full"``, one file written by rank 0.
 

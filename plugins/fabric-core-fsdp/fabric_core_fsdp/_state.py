@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,7 @@ from fabric_core.io.locations import Location, exists, is_dir, is_url, join, loc
 from fabric_core.io.restore import check_requested_keys
 from fabric_core.io.torch_io import TorchCheckpointIO
 from fabric_core.strategies.strategy import put_filtered
-from fabric_core.utilities.types import Stateful
+from fabric_core.utilities.types import StateFilter, Stateful
 
 if TYPE_CHECKING:
     from fabric_core.strategies.parallel import ParallelStrategy
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["LoneOptimizerFromFolderError", "NotACheckpointError", "load", "save_full", "save_sharded"]
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-Filter = Mapping[str, Callable[[str, Any], bool]]
 
 
 class NotACheckpointError(CheckpointError, ValueError):
@@ -227,7 +226,7 @@ def save_full(
     strategy: ParallelStrategy,
     path: str | os.PathLike[str],
     state: Mapping[str, Any],
-    filter: Filter | None = None,
+    filter: StateFilter | None = None,
 ) -> None:
     """Gather full state dicts on rank 0 (in CPU memory) and write them as one file from there."""
     modules, optimizers, _ = _split(state)

@@ -21,6 +21,7 @@ from fabric_core.io.restore import restore_state
 from fabric_core.strategies.strategy import BackwardSyncControl, put_filtered
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
+from fabric_core.utilities.types import PathLike, StateFilter
 from fabric_core_xla import accelerator, device
 from fabric_core_xla.precision import XLAPrecision
 from fabric_core_xla.strategy import XLAStrategy
@@ -202,11 +203,7 @@ class XLAFSDPStrategy(XLAStrategy):
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def save_checkpoint(
-        self,
-        path: str | os.PathLike[str],
-        state: Mapping[str, Any],
-        storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        self, path: PathLike, state: Mapping[str, Any], storage_options: Any = None, filter: StateFilter | None = None
     ) -> None:
         """Write a folder of shards (``"sharded"``) or one consolidated file (``"full"``); call on every process.
 
@@ -259,7 +256,7 @@ class XLAFSDPStrategy(XLAStrategy):
         module_key: str,
         path: Path,
         own: dict[str, Any],
-        filter: Mapping[str, Callable[[str, Any], bool]] | None,
+        filter: StateFilter | None,
     ) -> None:
         from torch_xla.distributed.fsdp import consolidate_sharded_state_dicts
 

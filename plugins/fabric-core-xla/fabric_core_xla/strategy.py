@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import io
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
@@ -19,6 +18,7 @@ from fabric_core.strategies.strategy import Strategy
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, wired
 from fabric_core.utilities.apply_func import apply_to_collection, convert_to_tensors
 from fabric_core.utilities.rank_zero import rank_zero_only
+from fabric_core.utilities.types import PathLike, StateFilter
 from fabric_core_xla import device, environment
 from fabric_core_xla.checkpoint_io import XLACheckpointIO
 from fabric_core_xla.environment import XLAEnvironment
@@ -262,11 +262,7 @@ class XLAStrategy(ParallelStrategy):
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def save_checkpoint(
-        self,
-        path: str | os.PathLike[str],
-        state: Mapping[str, Any],
-        storage_options: Any = None,
-        filter: Mapping[str, Callable[[str, Any], bool]] | None = None,
+        self, path: PathLike, state: Mapping[str, Any], storage_options: Any = None, filter: StateFilter | None = None
     ) -> None:
         """Write ``state`` to ``path``; every process must call this.
 
