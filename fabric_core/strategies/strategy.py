@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 import torch
 from torch import Tensor
@@ -29,9 +29,12 @@ if TYPE_CHECKING:
     from fabric_core.environments.environment import ClusterEnvironment
     from fabric_core.launchers.launcher import Launcher
 
-__all__ = ["BackwardSyncControl", "Stateful", "Strategy", "put_filtered"]
+__all__ = ["BackwardSyncControl", "LoadTarget", "Stateful", "Strategy", "put_filtered"]
 
 T = TypeVar("T")
+#: What ``load_checkpoint`` restores: a module or optimizer (``fabric.load_raw``), a dict of them and plain values
+#: (``fabric.load``'s state), or ``None`` for the whole checkpoint, returned.
+LoadTarget: TypeAlias = Module | Optimizer | dict[str, Any] | None
 
 
 def put_filtered(target: dict[str, Any], key: str, value: Any, filter: StateFilter | None) -> None:
@@ -399,11 +402,7 @@ class Strategy(ABC):
             self.checkpoint_io.save_checkpoint(checkpoint=checkpoint, path=path, storage_options=storage_options)
 
     def load_checkpoint(
-        self,
-        path: PathLike,
-        state: Module | Optimizer | dict[str, Any] | None = None,
-        strict: bool = True,
-        weights_only: bool | None = None,
+        self, path: PathLike, state: LoadTarget = None, strict: bool = True, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Read a checkpoint and restore ``state`` from it (see ``Fabric.load``).
 

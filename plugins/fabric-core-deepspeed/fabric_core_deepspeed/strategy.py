@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 from fabric_core.errors import InvalidConfigError
 from fabric_core.io.atomic import write_folder_collectively
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.strategies.strategy import LoadTarget
 from fabric_core.strategies.wiring import ParallelWiring, Placement, wired
 from fabric_core.utilities.types import PathLike, StateFilter
 from fabric_core_deepspeed import _checkpoint, _comm, _config
@@ -532,11 +533,7 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
         write_folder_collectively(self, path, write, "deepspeed")
 
     def load_checkpoint(
-        self,
-        path: PathLike,
-        state: Module | Optimizer | dict[str, Any] | None = None,
-        strict: bool = True,
-        weights_only: bool | None = None,
+        self, path: PathLike, state: LoadTarget = None, strict: bool = True, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Restore ``state`` from a DeepSpeed checkpoint folder, or from a single (consolidated) file.
 

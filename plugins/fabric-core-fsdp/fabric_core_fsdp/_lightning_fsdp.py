@@ -20,18 +20,9 @@ from torch.distributed.fsdp import ShardingStrategy
 from torch.nn import Module
 
 from fabric_core.io.distributed import SafeFileSystemReader, dcp_errors, is_distributed_checkpoint, safe_load_planner
+from fabric_core_fsdp import _wrapper
 from fabric_core_fsdp._fsdp1 import parse_sharding
 from fabric_core_fsdp._sharded import move_metrics_to_device
-from fabric_core_fsdp._wrapper import (
-    FSDP1BackwardSyncControl,
-    check_group_or_mesh,
-    checkpoint_activations,
-    checkpointing_selection,
-    fsdp1_cpu_offload,
-    has_flat_params,
-    has_fsdp1_units,
-    wrap_policy,
-)
 
 __all__ = [
     "_FSDP_ALIASES",
@@ -55,12 +46,12 @@ __all__ = [
 #: The registered names that choose the FSDP strategy (see the plugin's registration module).
 _FSDP_ALIASES: Final = ("fsdp", "fsdp_cpu_offload")
 
-_FSDPBackwardSyncControl = FSDP1BackwardSyncControl
-_activation_checkpointing_kwargs = checkpointing_selection
-_setup_activation_checkpointing = checkpoint_activations
-_init_cpu_offload = fsdp1_cpu_offload
-_optimizer_has_flat_params = has_flat_params
-_has_fsdp_modules = has_fsdp1_units
+_FSDPBackwardSyncControl = _wrapper.FSDP1BackwardSyncControl
+_activation_checkpointing_kwargs = _wrapper.checkpointing_selection
+_setup_activation_checkpointing = _wrapper.checkpoint_activations
+_init_cpu_offload = _wrapper.fsdp1_cpu_offload
+_optimizer_has_flat_params = _wrapper.has_flat_params
+_has_fsdp_modules = _wrapper.has_fsdp1_units
 _move_torchmetrics_to_device = move_metrics_to_device
 #: A folder written by ``torch.distributed.checkpoint`` (it holds ``.metadata``).
 _is_sharded_checkpoint = is_distributed_checkpoint
@@ -77,7 +68,7 @@ def _auto_wrap_policy_kwargs(policy: Any, kwargs: dict[str, Any]) -> dict[str, A
     Raises:
         InvalidConfigError: ``policy`` has a form :func:`~fabric_core_fsdp._wrapper.wrap_policy` refuses.
     """
-    converted = wrap_policy(policy, "auto_wrap_policy")
+    converted = _wrapper.wrap_policy(policy, "auto_wrap_policy")
     if converted is not None:
         kwargs["auto_wrap_policy"] = converted
     return kwargs
@@ -94,7 +85,7 @@ def _init_sharding_strategy(sharding_strategy: str | ShardingStrategy, kwargs: d
         UnknownShardingStrategyError: An unknown name (a ``KeyError``).
         RuntimeError: A hybrid strategy with none of those three arguments.
     """
-    check_group_or_mesh(kwargs)
+    _wrapper.check_group_or_mesh(kwargs)
     strategy = parse_sharding(sharding_strategy, None).strategy
     grouping = ("auto_wrap_policy", "process_group", "device_mesh")
     if "HYBRID" in strategy.name and all(kwargs.get(k) is None for k in grouping):

@@ -25,6 +25,7 @@ from fabric_core.errors import InvalidConfigError, PathIsADirectoryError
 from fabric_core.io.distributed import is_distributed_checkpoint
 from fabric_core.io.locations import is_dir
 from fabric_core.strategies.parallel import ParallelStrategy
+from fabric_core.strategies.strategy import LoadTarget
 from fabric_core.strategies.wiring import ParallelWiring, wired
 from fabric_core.utilities.init import materialize_distributed_module
 from fabric_core.utilities.types import PathLike, StateFilter
@@ -133,6 +134,11 @@ class ShardedStrategy(ParallelStrategy):
         """The modules this strategy has set up and that are still alive."""
         return [m for m in (ref() for ref in self._modules) if m is not None]
 
+    def _set_up(self, module: Module) -> Module:
+        """Count ``module`` among :attr:`modules` (weakly: a model the user drops is not kept) and return it."""
+        self._modules.append(weakref.ref(module))
+        return module
+
     # -- modules and optimizers ----------------------------------------------------------------------------
     def shard_module(self, module: Module) -> Module:
         """Turn the module's parameters into sharded DTensors (subclasses decide how)."""
@@ -146,8 +152,7 @@ class ShardedStrategy(ParallelStrategy):
             warnings.filterwarnings("ignore", message="DTensor random operators")
             materialize_distributed_module(module, self.root_device)
         move_metrics_to_device(module, self.root_device)
-        self._modules.append(weakref.ref(module))
-        return module
+        return self._set_up(module)
 
     def setup_module_and_optimizers(
         self, module: Module, optimizers: list[Optimizer], scheduler: Any = None
@@ -304,11 +309,7 @@ class ShardedStrategy(ParallelStrategy):
             _state.save_sharded(self, path, state)
 
     def load_checkpoint(
-        self,
-        path: str | os.PathLike[str],
-        state: Module | Optimizer | dict[str, Any] | None = None,
-        strict: bool = True,
-        weights_only: bool | None = None,
+        self, path: PathLike, state: LoadTarget = None, strict: bool = True, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Restore ``state`` from a sharded folder (written by any number of processes) or a full file.
 

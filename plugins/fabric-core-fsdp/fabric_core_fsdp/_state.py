@@ -54,7 +54,7 @@ from fabric_core.io.folder import ATTEMPTS, Folder, RemoteFolder, gave_up, open_
 from fabric_core.io.locations import Location, exists, is_dir, is_url, join, location, object_identity
 from fabric_core.io.restore import check_requested_keys
 from fabric_core.io.torch_io import TorchCheckpointIO
-from fabric_core.strategies.strategy import put_filtered
+from fabric_core.strategies.strategy import LoadTarget, put_filtered
 from fabric_core.utilities.types import StateFilter, Stateful
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def save_full(
 def load(
     strategy: ParallelStrategy,
     path: str | os.PathLike[str],
-    state: Module | Optimizer | dict[str, Any] | None,
+    state: LoadTarget,
     strict: bool = True,
     weights_only: bool | None = None,
     set_up: Sequence[Module] = (),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -226,9 +225,7 @@ class FSDP1Strategy(FSDPStrategy):
 
     def setup_module(self, module: Module) -> Module:
         """Wrap ``module`` in ``FullyShardedDataParallel`` and remember it (for checkpoints and gathering)."""
-        module = self.shard_module(module)
-        self._modules.append(weakref.ref(module))
-        return module
+        return self._set_up(self.shard_module(module))
 
     def setup_module_and_optimizers(
         self, module: Module, optimizers: list[Optimizer], scheduler: Any = None

@@ -18,7 +18,7 @@ from torch.optim import Optimizer
 
 from fabric_core.errors import FabricCoreWarning, InvalidConfigError
 from fabric_core.io.restore import restore_state
-from fabric_core.strategies.strategy import BackwardSyncControl, put_filtered
+from fabric_core.strategies.strategy import BackwardSyncControl, LoadTarget, put_filtered
 from fabric_core.strategies.wiring import DEVICES_WIRING_ORDER, DevicesWiring, split_wiring, wired
 from fabric_core.utilities.apply_func import move_data_to_device
 from fabric_core.utilities.types import PathLike, StateFilter
@@ -286,11 +286,7 @@ class XLAFSDPStrategy(XLAStrategy):
         shutil.rmtree(folder, ignore_errors=True)
 
     def load_checkpoint(
-        self,
-        path: str | os.PathLike[str],
-        state: Module | Optimizer | dict[str, Any] | None = None,
-        strict: bool = True,
-        weights_only: bool | None = None,
+        self, path: PathLike, state: LoadTarget = None, strict: bool = True, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Load this process's shard from a folder written with ``"sharded"``; call on every process.
 
