@@ -28,8 +28,8 @@ def watchdogs() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == NAME]
 
 
-def one_process_strategy() -> ParallelStrategy:
-    strategy = ParallelStrategy(timeout=timedelta(seconds=30))
+def connected(strategy: ParallelStrategy) -> ParallelStrategy:
+    """``strategy`` connected as ``Fabric(accelerator="cpu", devices=1)`` would connect it."""
     strategy.connect(
         accelerator=CPUAccelerator(),
         precision=Precision(),
@@ -39,6 +39,10 @@ def one_process_strategy() -> ParallelStrategy:
         num_nodes=1,
     )
     return strategy
+
+
+def one_process_strategy() -> ParallelStrategy:
+    return connected(ParallelStrategy(timeout=timedelta(seconds=30)))
 
 
 def wait_until_gone(seconds: float) -> bool:
@@ -113,15 +117,7 @@ def test_model_parallel_builds_its_mesh_through_lightnings_name(monkeypatch: pyt
     # Lightning's test_model_parallel.py::test_set_timeout patches `_setup_device_mesh` with the group mocked.
     model_parallel = pytest.importorskip("fabric_core_fsdp.model_parallel")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    strategy = model_parallel.ModelParallelStrategy(parallelize_fn=lambda module, _: module)
-    strategy.connect(
-        accelerator=CPUAccelerator(),
-        precision=Precision(),
-        checkpoint_io=None,
-        cluster_environment=LightningEnvironment(),
-        parallel_devices=[torch.device("cpu")],
-        num_nodes=1,
-    )
+    strategy = connected(model_parallel.ModelParallelStrategy(parallelize_fn=lambda module, _: module))
     with (
         mock.patch.object(model_parallel, "_setup_device_mesh") as mesh,
         mock.patch("torch.distributed.init_process_group"),
@@ -134,13 +130,8 @@ def test_model_parallel_builds_its_mesh_through_lightnings_name(monkeypatch: pyt
 def test_a_store_whose_server_is_gone_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     # Rank 0 (the store's server) has finished: connecting again would retry for the whole group timeout, and
     # the strategy's teardown, which waits for the thread, with it.
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=60))
-    client = torch.distributed.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    server = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=60))  # any port
+    client = torch.distributed.TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=60))
     prefixed = torch.distributed.PrefixStore("default_pg", client)
     monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store", lambda: prefixed)
     alive = watchdog._Watch(rank=1, world_size=2, warn=1.0, abort=0.0)
