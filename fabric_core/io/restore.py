@@ -58,10 +58,11 @@ def _host_storage(tensor: torch.Tensor) -> int | None:
 
 
 def _storages(collection: Any) -> set[int]:
-    found: set[int] = set()
-    apply_to_collection(collection, torch.Tensor, lambda t: found.add(_host_storage(t) or 0))
-    found.discard(0)
-    return found
+    """The addresses of the host storages of the tensors in ``collection`` (an empty storage, at address 0,
+    holds nothing of a file; device tensors have none)."""
+    found: set[int | None] = set()
+    apply_to_collection(collection, torch.Tensor, lambda t: found.add(_host_storage(t)))
+    return {address for address in found if address}
 
 
 def _copied(value: Any, pages: FilePages, memo: dict[int, Any] | None = None) -> Any:
