@@ -45,6 +45,11 @@ FORCE_UNSAFE_ENV = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 _TRUE = ("1", "y", "yes", "true")
 
 
+def _switched_on(variable: str) -> bool:
+    """Whether one of torch's switches is set, read as torch reads it."""
+    return os.environ.get(variable, "0").strip().lower() in _TRUE
+
+
 def resolve_weights_only(weights_only: bool | None) -> bool:
     """``weights_only`` as every load here applies it: ``None`` means ``True``, as in torch 2.6 and later.
 
@@ -56,8 +61,7 @@ def resolve_weights_only(weights_only: bool | None) -> bool:
     Raises:
         InvalidConfigError: Both variables are set.
     """
-    force_safe = os.environ.get(FORCE_SAFE_ENV, "0").strip().lower() in _TRUE
-    force_unsafe = os.environ.get(FORCE_UNSAFE_ENV, "0").strip().lower() in _TRUE
+    force_safe, force_unsafe = _switched_on(FORCE_SAFE_ENV), _switched_on(FORCE_UNSAFE_ENV)
     if force_safe and force_unsafe:
         from fabric_core.errors import InvalidConfigError
 
@@ -91,8 +95,7 @@ def forwarded_weights_only(weights_only: bool | None) -> bool | None:
     ``True``; Lightning hands it on the same way), so a strategy of the user's own sees what was passed. When
     one of torch's switches is set, the value is decided here, once per load, by :func:`resolve_weights_only`.
     """
-    switches = (os.environ.get(name, "0").strip().lower() in _TRUE for name in (FORCE_SAFE_ENV, FORCE_UNSAFE_ENV))
-    if weights_only is None and not any(switches):
+    if weights_only is None and not (_switched_on(FORCE_SAFE_ENV) or _switched_on(FORCE_UNSAFE_ENV)):
         return None
     return resolve_weights_only(weights_only)
 
