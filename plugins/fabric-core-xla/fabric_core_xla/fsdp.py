@@ -9,7 +9,7 @@ import shutil
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import torch
 from torch import Tensor
@@ -69,6 +69,8 @@ class XLAFSDPStrategy(XLAStrategy):
         InvalidConfigError: An unknown ``state_dict_type``.
         ModuleNotFoundError: torch_xla is not installed (with the install command).
     """
+
+    backward_sync_is_noop: ClassVar[bool] = False  # unlike its base: a control skips the reduce-scatter
 
     @wired(
         DevicesWiring,

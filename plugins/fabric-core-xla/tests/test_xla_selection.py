@@ -245,3 +245,12 @@ def test_a_third_party_accelerator_named_xla_type_devices_gets_the_xla_strategie
 
     other = ("mytpu", plugin_module("mytpu", {"fabric_core_register_accelerators": register}))
     assert select(manager(other), accelerator="mytpu").context.strategy == "xla"
+
+
+def test_only_the_plain_xla_strategy_has_no_backward_sync_to_skip() -> None:
+    # Its optimizer step reduces the gradients, so `fabric.no_backward_sync` is a silent no-op there, as in
+    # Lightning; XLA FSDP has a control of its own.
+    from fabric_core_xla.fsdp import XLAFSDPStrategy
+    from fabric_core_xla.strategy import XLAStrategy
+
+    assert XLAStrategy.backward_sync_is_noop and not XLAFSDPStrategy.backward_sync_is_noop
