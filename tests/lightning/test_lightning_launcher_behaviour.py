@@ -27,6 +27,7 @@ import torch
 pytest.importorskip("lightning_fabric")
 
 from fabric_core.testing import run_in_own_session
+from tests.lightning_side_by_side import close_lightning_group
 
 PACKAGES = ("lightning_fabric", "fabric_core")
 
@@ -88,13 +89,15 @@ def _report(fabric: Any, tensor: torch.Tensor, model: torch.nn.Module) -> dict[s
     strategy._set_world_ranks()  # Lightning's name, which launched code calls
     shared = [model.weight.is_shared(), model.bias.is_shared()]
     total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
-    return {
+    result = {
         "start_method": strategy.launcher._start_method,
         "tensor_shared": tensor.is_shared(),
         "parameters_shared": shared,
         "sum": total.item(),
         "rank": fabric.global_rank,
     }
+    close_lightning_group(fabric)
+    return result
 
 
 @pytest.mark.multiprocess

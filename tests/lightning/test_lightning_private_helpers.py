@@ -217,6 +217,7 @@ total = d._sync_ddp(torch.tensor([rank + 1]), reduce_op="sum")
 stacked = d._all_gather_ddp_if_available(torch.tensor([rank, 10 * rank]))
 uneven = d._gather_all_tensors(torch.ones(rank + 1, 2) * rank)
 print(rank, mean.tolist(), total.tolist(), stacked.tolist(), [t.tolist() for t in uneven], flush=True)
+torch.distributed.barrier()  # no rank tears gloo down while its peer still uses it (an abort at exit otherwise)
 d._destroy_dist_connection()
 """
 

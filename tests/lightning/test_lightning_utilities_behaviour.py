@@ -22,6 +22,8 @@ import torch
 
 pytest.importorskip("lightning_fabric")
 
+from tests.lightning_side_by_side import close_lightning_group
+
 PACKAGES = ("lightning_fabric", "fabric_core")
 
 
@@ -97,6 +99,7 @@ def _shared_filesystem_answers(fabric: Any, folder: Path) -> dict[str, Any]:
     own.mkdir(exist_ok=True)
     answers["per_rank_paths"] = distributed.is_shared_filesystem(fabric.strategy, path=own)
     answers["same_folder"] = distributed.is_shared_filesystem(fabric.strategy, path=folder)
+    close_lightning_group(fabric)
     return answers
 
 
