@@ -102,6 +102,9 @@ class Strategy(ABC):
     #: Whether ``fabric.no_backward_sync`` has nothing to skip here, so that it does nothing and says nothing
     #: (one device; a strategy that reduces gradients in its optimizer step, as XLA's does).
     backward_sync_is_noop: ClassVar[bool] = False
+    #: Where each model runs its own backward (DeepSpeed: one engine per model), the message of the
+    #: ``ValueError`` that ``fabric.backward(loss)`` raises without ``model=`` once several models are set up.
+    backward_needs_model: ClassVar[str | None] = None
 
     @classmethod  # noqa: B027 - optional hook
     def register_strategies(cls, strategy_registry: Any) -> None:

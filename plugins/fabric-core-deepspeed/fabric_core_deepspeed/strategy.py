@@ -107,6 +107,10 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
     """
 
     requires_joint_setup: ClassVar[bool] = True
+    backward_needs_model: ClassVar[str | None] = (  # one engine per model: `fabric.backward` asks which
+        "When using multiple models + deepspeed, please provide the model used to perform the optimization: "
+        "`fabric.backward(loss, model=model)`"
+    )
     #: Lightning's variable naming a config file (``FABRIC_CORE_DEEPSPEED_CONFIG_PATH`` is read first).
     DEEPSPEED_ENV_VAR: ClassVar[str] = _config.LIGHTNING_CONFIG_PATH_VARIABLE
 
@@ -458,10 +462,7 @@ class DeepSpeedStrategy(ZeroWeights, ParallelStrategy):
             if not self._engines:
                 raise RuntimeError("No models were set up for backward. Did you forget to call `fabric.setup()`?")
             if len(self._engines) > 1:
-                raise ValueError(
-                    "When using multiple models + deepspeed, please provide the model used to perform the "
-                    "optimization: `fabric.backward(loss, model=model)`"
-                )
+                raise ValueError(self.backward_needs_model)
             return self._engines[0]
         engine = next((e for e in self._engines if module is e or module is e.module), None)
         if engine is None:

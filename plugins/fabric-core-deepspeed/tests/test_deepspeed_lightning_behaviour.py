@@ -147,6 +147,33 @@ def test_save_refuses_a_filter(tmp_path: Path) -> None:
     )
 
 
+def _backward_of_two_models_without_model(fabric_class: Any) -> None:
+    """Lightning's own test: two models set up on a one-process DeepSpeed Fabric with the strategy's setup replaced
+    by the identity (no engine is built), then ``fabric.backward(loss)`` without ``model=``."""
+    fabric = fabric_class(strategy="deepspeed", devices=1)
+    fabric._launched = True
+    fabric._strategy.setup_module_and_optimizers = lambda *args: args
+    models = [nn.Linear(1, 2), nn.Linear(1, 2)]
+    for model in models:
+        fabric.setup(model, torch.optim.Adam(model.parameters()))
+    fabric.backward(models[0](torch.randn(1, 1)).sum())
+
+
+def test_backward_after_two_models_asks_for_the_model_before_the_strategy_is_reached() -> None:
+    # Fabric counts the models set up and asks, as Lightning's does; the strategy, which would look for engines
+    # and find none, is not reached. With real engines the strategy asks the same (test_deepspeed_training.py).
+    from lightning_fabric import Fabric as LightningFabric
+
+    from fabric_core import Fabric
+
+    both(
+        lambda: _backward_of_two_models_without_model(LightningFabric),
+        lambda: _backward_of_two_models_without_model(Fabric),
+        ValueError,
+        "When using multiple models + deepspeed, please provide the model used to perform the optimization",
+    )
+
+
 @pytest.mark.parametrize("state", [None, {}])
 def test_load_needs_a_state_with_a_model(tmp_path: Path, state: dict[str, Any] | None) -> None:
     both(
