@@ -214,13 +214,17 @@ def test_plain_torchrun_trains_one_job(tmp_path: Path) -> None:
     assert done.stdout.count("torchelastic started 2 processes") <= 1  # told once, by rank 0
 
 
+# Each rank writes a file of its own: mpiexec forwards the ranks' stdout through one pipe, where two lines
+# printed at once can arrive joined ('[...][...]\n\n'), which a test reading stdout would fail on now and then.
 _MPI_SELECT = """
-import json
+import json, pathlib, sys
+from mpi4py import MPI
 import fabric_core_ddp._plugin as ddp
 from fabric_core._kernel.selection import select
 from fabric_core.testing import make_manager
 ctx = select(make_manager(ddp), accelerator="cpu").context
-print(json.dumps([ctx.environment, ctx.num_processes, ctx.num_nodes, ctx.strategy]))
+out = pathlib.Path(sys.argv[1], f"rank{MPI.COMM_WORLD.Get_rank()}.json")
+out.write_text(json.dumps([ctx.environment, ctx.num_processes, ctx.num_nodes, ctx.strategy]))
 """
 
 
@@ -236,7 +240,8 @@ def test_mpi_ranks_on_one_host_become_the_devices(tmp_path: Path) -> None:
     if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
         pytest.skip("mpi4py and mpiexec are not installed (pip install mpi4py mpich)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SKIP)}
-    done = run_in_own_session([mpiexec, "-n", "2", sys.executable, "-c", _MPI_SELECT], timeout=100, env=env)
+    command = [mpiexec, "-n", "2", sys.executable, "-c", _MPI_SELECT, str(tmp_path)]
+    done = run_in_own_session(command, timeout=100, env=env)
     assert done.returncode == 0, done.stdout[-4000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
-    assert lines == [["mpi", 2, 1, "ddp"]] * 2
+    seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert seen == [["mpi", 2, 1, "ddp"]] * 2
