@@ -6,6 +6,7 @@ below and writes ``OUT_DIR/rank{N}.json``: ``{part: {"value": ...} | {"error": [
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import sys
@@ -136,9 +137,10 @@ def main() -> None:
     (out / f"rank{fabric.global_rank}.json").write_text(json.dumps(results, indent=1, sort_keys=True))
     if lib.__name__ == "lightning_fabric":
         # Lightning's ranks exit with the gloo group open, which torch 2.13 aborts about once in fifteen runs
-        # ("terminate called without an active exception"); fabric-core's close it after a bounded barrier.
-        # This comparison is about the parts' results, so Lightning's side closes it as a careful user would
+        # ("terminate called without an active exception"); fabric-core's collect, meet and destroy it at
+        # teardown. This comparison is about the parts' results, so Lightning's side does the same
         # (`tests.lightning_side_by_side.close_lightning_group`, which this script, run alone, cannot import).
+        gc.collect()
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 

@@ -199,7 +199,7 @@ def test_single_process_distributed_helpers_as_lightning() -> None:
 
 
 _TWO_RANKS = """
-import os, sys, torch
+import gc, os, sys, torch
 package = sys.argv[1]
 if package == "lightning":
     from lightning_fabric.plugins.environments import LightningEnvironment
@@ -217,7 +217,10 @@ total = d._sync_ddp(torch.tensor([rank + 1]), reduce_op="sum")
 stacked = d._all_gather_ddp_if_available(torch.tensor([rank, 10 * rank]))
 uneven = d._gather_all_tensors(torch.ones(rank + 1, 2) * rank)
 print(rank, mean.tolist(), total.tolist(), stacked.tolist(), [t.tolist() for t in uneven], flush=True)
-torch.distributed.barrier()  # no rank tears gloo down while its peer still uses it (an abort at exit otherwise)
+# As fabric-core's teardown: free finished collectives' objects, meet, then destroy (an abort at exit otherwise,
+# see tests.lightning_side_by_side.close_lightning_group, which this script, run alone, cannot import).
+gc.collect()
+torch.distributed.barrier()
 d._destroy_dist_connection()
 """
 
