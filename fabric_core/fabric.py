@@ -339,9 +339,10 @@ class Fabric(Checkpoints):
             finally:
                 state.active = False
             return
-        needs_model = getattr(self._strategy.__class__, "backward_needs_model", None)
-        if model is None and self._models_setup > 1 and needs_model:
-            raise ValueError(needs_model)
+        if model is None and self._models_setup > 1:
+            needs_model = getattr(self._strategy.__class__, "backward_needs_model", None)
+            if needs_model:
+                raise ValueError(needs_model)
         module, _ = unwrap_compiled(model)
         if isinstance(module, FabricModule):
             module, _ = unwrap_compiled(module._forward_module)
