@@ -75,11 +75,6 @@ def close_lightning_group(fabric: object) -> None:
     that call it are about results, not about how Lightning exits.
     """
     if type(fabric).__module__.startswith("lightning_fabric") and torch.distributed.is_initialized():
-        end_process_group()
-
-
-def end_process_group() -> None:
-    """Collect, meet the peers, destroy the default group: what fabric-core's teardown does, for scripts."""
-    gc.collect()
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+        gc.collect()
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
